@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Driver statuses and their translation into xlogrt errors.
+//
+// Every driver reports failures with CUDA driver status numbers (CUresult values), so
+// that SimDriver can inject exactly the status the real driver would return and the
+// code above the driver cannot tell the two apart. The few statuses the library reacts
+// to by name are listed here, so that this header needs no CUDA header.
+
+#include <string>
+#include <string_view>
+
+#include "xlogrt/core/result.hpp"
+
+namespace xlogrt::status {
+
+inline constexpr int success = 0;
+inline constexpr int invalid_value = 1;
+inline constexpr int out_of_memory = 2;
+inline constexpr int not_initialized = 3;
+inline constexpr int deinitialized = 4;
+inline constexpr int no_device = 100;
+inline constexpr int invalid_device = 101;
+inline constexpr int invalid_context = 201;
+inline constexpr int invalid_handle = 400;
+inline constexpr int not_found = 500;
+inline constexpr int not_ready = 600;
+inline constexpr int illegal_address = 700;
+inline constexpr int launch_failed = 719;
+inline constexpr int not_supported = 801;
+inline constexpr int unknown = 999;
+
+/// The CUDA name of the statuses above ("CUDA_ERROR_OUT_OF_MEMORY"); empty for others.
+constexpr std::string_view name(int s) noexcept {
+  switch (s) {
+    case success: return "CUDA_SUCCESS";
+    case invalid_value: return "CUDA_ERROR_INVALID_VALUE";
+    case out_of_memory: return "CUDA_ERROR_OUT_OF_MEMORY";
+    case not_initialized: return "CUDA_ERROR_NOT_INITIALIZED";
+    case deinitialized: return "CUDA_ERROR_DEINITIALIZED";
+    case no_device: return "CUDA_ERROR_NO_DEVICE";
+    case invalid_device: return "CUDA_ERROR_INVALID_DEVICE";
+    case invalid_context: return "CUDA_ERROR_INVALID_CONTEXT";
+    case invalid_handle: return "CUDA_ERROR_INVALID_HANDLE";
+    case not_found: return "CUDA_ERROR_NOT_FOUND";
+    case not_ready: return "CUDA_ERROR_NOT_READY";
+    case illegal_address: return "CUDA_ERROR_ILLEGAL_ADDRESS";
+    case launch_failed: return "CUDA_ERROR_LAUNCH_FAILED";
+    case not_supported: return "CUDA_ERROR_NOT_SUPPORTED";
+    case unknown: return "CUDA_ERROR_UNKNOWN";
+    default: return {};
+  }
+}
+
+/// Which errc a failed driver status maps to.
+constexpr errc to_errc(int s) noexcept {
+  switch (s) {
+    case out_of_memory: return errc::out_of_memory;
+    case no_device:
+    case invalid_device: return errc::no_device;
+    case deinitialized: return errc::shutting_down;
+    case illegal_address:
+    case launch_failed: return errc::stream_fault;
+    default: return errc::driver_error;
+  }
+}
+
+/// The error for driver status `s` returned by `call` ("cuMemAllocAsync"), with
+/// `status_name` from the driver (falls back to name(s)) and an optional context
+/// sentence ("allocating 256 bytes on ordinal 0, stream 2").
+inline error driver_failure(int s, std::string_view call, std::string_view status_name = {},
+                            std::string_view context = {}) {
+  std::string m(call);
+  m += " failed with ";
+  std::string_view n = status_name.empty() ? name(s) : status_name;
+  if (n.empty()) {
+    m += "status ";
+  } else {
+    m += n;
+    m += " (";
+  }
+  m += std::to_string(s);
+  if (!n.empty()) m += ")";
+  if (!context.empty()) {
+    m += " while ";
+    m += context;
+  }
+  return error{to_errc(s), std::move(m), s};
+}
+
+}  // namespace xlogrt::status
