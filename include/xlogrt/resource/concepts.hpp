@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The resource contract (see DESIGN.md, "The resource contract").
+//
+// A resource hands out stream-ordered DeviceBlocks of one device ordinal. Resources are
+// class templates over their upstream (`Budget<Logging<AsyncCuda<D>>>`): the stack is one
+// concrete type, no virtual call, and optional capabilities are detected at compile time.
+// Every resource is thread-safe: many threads allocate and free concurrently.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+#include "xlogrt/core/block.hpp"
+#include "xlogrt/core/ids.hpp"
+#include "xlogrt/core/result.hpp"
+
+namespace xlogrt {
+
+/// allocate(bytes, stream, tag) -> result<DeviceBlock>: the block may be used on `stream`
+///   by work enqueued after the call. Errors: zero_bytes, too_large, out_of_memory,
+///   unknown_stream, driver errors; an error leaves the accounting unchanged.
+/// deallocate(DeviceBlock&&) -> result<void>: stream-ordered free on the block's
+///   alloc_stream, after every tracked use. Errors: empty_block, double_free,
+///   foreign_block; the block is not freed and the accounting is unchanged.
+/// bytes_outstanding(): bytes allocated and not yet known to be freed (a queued async
+///   free counts until reap_pending has seen it complete).
+/// reap_pending(): waits for queued frees and retires them; no-op when synchronous.
+/// device_ordinal(): the ordinal every block of this resource belongs to.
+/// supports_block_use_tracking: whether the stack has the TrackingResource members.
+template <class R>
+concept DeviceMemoryResource =
+    requires(R& r, const R& cr, std::size_t n, StreamId s, AllocTag t, DeviceBlock&& b) {
+      { r.allocate(n, s, t) } -> std::same_as<result<DeviceBlock>>;
+      { r.deallocate(std::move(b)) } -> std::same_as<result<void>>;
+      { cr.bytes_outstanding() } -> std::same_as<std::size_t>;
+      { r.reap_pending() } -> std::same_as<result<void>>;
+      { cr.device_ordinal() } -> std::same_as<std::uint32_t>;
+      { R::supports_block_use_tracking } -> std::convertible_to<bool>;
+    };
+
+/// A stack that keeps a block alive until every stream that used it is done.
+/// record_block_use(block, use): work touching the block was enqueued on `use`.
+/// prepare_block_use(id, use, access): call BEFORE enqueuing on `use`; makes `use` wait
+///   for the hazards `access` implies on other streams.
+/// finish_block_use(id, use, access): call AFTER enqueuing; records an event on `use`.
+/// Errors: stale_block (the id's block was freed), foreign_block, unknown_stream.
+template <class R>
+concept TrackingResource =
+    DeviceMemoryResource<R> && R::supports_block_use_tracking &&
+    requires(R& r, const DeviceBlock& b, BlockId id, StreamId s, Access a) {
+      { r.record_block_use(b, s) } -> std::same_as<result<void>>;
+      { r.prepare_block_use(id, s, a) } -> std::same_as<result<void>>;
+      { r.finish_block_use(id, s, a) } -> std::same_as<result<void>>;
+    };
+
+/// A resource that reaches the driver: base resources (DirectCuda, AsyncCuda) have it,
+/// and decorators forward it. DebugGuard needs it to write guard bytes on a stream.
+/// driver(): the driver; stream_handle(id): the driver stream of a StreamId;
+/// make_current(): makes the device's context current on the calling thread.
+template <class R>
+concept DriverResource =
+    DeviceMemoryResource<R> && requires(R& r, StreamId s) {
+      typename R::driver_type;
+      { r.driver() } -> std::same_as<typename R::driver_type&>;
+      { r.stream_handle(s) } -> std::same_as<result<typename R::driver_type::stream_t>>;
+      { r.make_current() } -> std::same_as<result<void>>;
+    };
+
+}  // namespace xlogrt
