@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// StreamPool<D>: the streams of one device, named by StreamId.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "xlogrt/core/ids.hpp"
+#include "xlogrt/core/result.hpp"
+#include "xlogrt/device/device.hpp"
+#include "xlogrt/driver/lifetime.hpp"
+
+namespace xlogrt {
+
+/// The non-blocking streams of one device. StreamId{0} (StreamId::DEFAULT) is the pool's
+/// first stream, StreamId{i} the i-th; a caller's own stream can be adopted and gets the
+/// next id (the pool never destroys an adopted stream). At most MAX_STREAMS ids.
+///
+/// Thread-safe. get() is lock-free (a bounds check and an array read); adopt() takes a
+/// mutex and publishes the new stream with a release store of the count.
+template <Driver D>
+class StreamPool {
+ public:
+  using driver_type = D;
+  using stream_t = typename D::stream_t;
+  static constexpr std::size_t MAX_STREAMS = 256;
+
+  /// Creates `count` (>= 1) non-blocking streams on `device`.
+  static result<std::shared_ptr<StreamPool>> create(std::shared_ptr<Device<D>> device,
+                                                    std::size_t count = 8) noexcept {
+    if (count == 0 || count > MAX_STREAMS) {
+      return error{errc::invalid_argument, "a stream pool holds 1 to " +
+                                               std::to_string(MAX_STREAMS) + " streams, not " +
+                                               std::to_string(count)};
+    }
+    std::shared_ptr<StreamPool> p(new (std::nothrow) StreamPool(std::move(device)));
+    if (!p) return error{errc::out_of_memory, "host allocation of a StreamPool failed"};
+    if (auto r = p->device_->make_current(); !r) return std::move(r).error();
+    for (std::size_t i = 0; i < count; ++i) {
+      auto s = p->device_->driver().stream_create();
+      if (!s) return std::move(s).error();  // the destructor destroys those made so far
+      p->streams_[i] = *s;
+      p->owned_[i] = true;
+      p->count_.store(static_cast<std::uint32_t>(i + 1), std::memory_order_release);
+    }
+    return p;
+  }
+
+  StreamPool(const StreamPool&) = delete;
+  StreamPool& operator=(const StreamPool&) = delete;
+  ~StreamPool() {
+    if (detail::process_exiting()) return;
+    if (!device_->make_current()) return;
+    const auto n = count_.load(std::memory_order_acquire);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (owned_[i]) (void)device_->driver().stream_destroy(streams_[i]);
+    }
+  }
+
+  /// The driver stream of `id`. Errors: unknown_stream.
+  result<stream_t> get(StreamId id) const noexcept {
+    if (id.value < count_.load(std::memory_order_acquire)) return streams_[id.value];
+    return unknown(id);
+  }
+
+  /// True when `id` names a stream of this pool.
+  bool contains(StreamId id) const noexcept {
+    return id.value < count_.load(std::memory_order_acquire);
+  }
+
+  /// Adopts a caller's stream (not destroyed by the pool) and returns its id. Adopting
+  /// the same stream twice returns the same id. Errors: invalid_argument when full.
+  result<StreamId> adopt(stream_t s) noexcept {
+    std::lock_guard lock(adopt_mu_);
+    const auto n = count_.load(std::memory_order_relaxed);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (streams_[i] == s) return StreamId{i};
+    }
+    if (n == MAX_STREAMS) {
+      return error{errc::invalid_argument,
+                   "stream pool of ordinal " + std::to_string(device_->ordinal()) + " is full (" +
+                       std::to_string(MAX_STREAMS) + " streams)"};
+    }
+    streams_[n] = s;
+    owned_[n] = false;
+    count_.store(n + 1, std::memory_order_release);
+    return StreamId{n};
+  }
+
+  std::size_t size() const noexcept { return count_.load(std::memory_order_acquire); }
+  const std::shared_ptr<Device<D>>& device() const noexcept { return device_; }
+  D& driver() const noexcept { return device_->driver(); }
+
+  /// The error get() returns for `id`, for callers that validated with contains().
+  error unknown(StreamId id) const {
+    return error{errc::unknown_stream, "stream " + std::to_string(id.value) +
+                                           " is not in the pool of ordinal " +
+                                           std::to_string(device_->ordinal()) + " (" +
+                                           std::to_string(size()) + " streams)"};
+  }
+
+ private:
+  explicit StreamPool(std::shared_ptr<Device<D>> device) : device_(std::move(device)) {}
+
+  std::shared_ptr<Device<D>> device_;
+  std::array<stream_t, MAX_STREAMS> streams_{};
+  std::array<bool, MAX_STREAMS> owned_{};
+  std::atomic<std::uint32_t> count_{0};
+  std::mutex adopt_mu_;
+};
+
+}  // namespace xlogrt

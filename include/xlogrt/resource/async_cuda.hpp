@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// AsyncCuda<D>: stream-ordered allocation from the device's memory pool, with
+// cross-stream use tracking.
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "xlogrt/core/block.hpp"
+#include "xlogrt/device/event_pool.hpp"
+#include "xlogrt/device/stream_pool.hpp"
+#include "xlogrt/driver/status.hpp"
+#include "xlogrt/resource/block_tracker.hpp"
+#include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/detail/request.hpp"
+#include "xlogrt/resource/detail/striped_counter.hpp"
+
+namespace xlogrt {
+
+struct AsyncCudaOptions {
+  /// Bytes the device's pool keeps cached across synchronisations
+  /// (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD). The default keeps everything, as RMM's and
+  /// PyTorch's caching allocators do; lower it to give memory back to other processes.
+  std::uint64_t release_threshold = std::numeric_limits<std::uint64_t>::max();
+  /// Events created up front, so the tracking hot path never creates one.
+  std::size_t reserve_events = 64;
+};
+
+/// The production base resource: cuMemAllocFromPoolAsync / cuMemFreeAsync on the
+/// device's default pool, and cross-stream use tracking, so that no block is freed (and
+/// handed to someone else) while another stream still uses it.
+///
+/// Accounting: bytes_outstanding() counts a block from allocate until reap_pending() has
+/// seen its queued free complete. deallocate adds the bytes to its stream's pending
+/// count; reap_pending reads each stream's count, synchronises the stream, and retires
+/// exactly what it read (a free queued after the read stays pending).
+///
+/// Tracking, per block (state kept in the block table, under the block's shard lock):
+/// - the last write: the allocation itself on the alloc stream A at first, then the
+///   latest write, each with the stream it ran on;
+/// - one read per distinct stream since that write.
+/// prepare_block_use(id, s, access) makes s wait for the last write when it ran on
+/// another stream (once per stream and write), and, when `access` writes, for every read
+/// on another stream. finish_block_use(id, s, access) records the use. A use's event is
+/// recorded on its stream at finish — except on the alloc stream A, whose uses are
+/// already ordered before the free: their event is recorded only when another stream
+/// must wait for them (so single-stream code makes no event call at all). deallocate
+/// makes A wait for every use on another stream, then queues the free on A.
+/// Events come from the resource's EventPool and are re-recorded in place.
+///
+/// Thread-safe. Calls on different blocks take different shard locks; the pending
+/// counters are per stream and the outstanding counter is striped. Move-only; a
+/// moved-from AsyncCuda may only be destroyed.
+template <Driver D>
+class AsyncCuda {
+ public:
+  using driver_type = D;
+  using stream_t = typename D::stream_t;
+  using event_t = typename D::event_t;
+  static constexpr bool supports_block_use_tracking = true;
+
+  /// Errors: driver_error (status not_supported) when the device has no memory pools;
+  /// driver errors setting the release threshold or reserving events.
+  static result<AsyncCuda> create(std::shared_ptr<StreamPool<D>> streams,
+                                  AsyncCudaOptions options = {}) noexcept {
+    const auto& dev = *streams->device();
+    if (!dev.info().memory_pools) {
+      return status::driver_failure(status::not_supported, "cuMemAllocFromPoolAsync", {},
+                                    "opening ordinal " + std::to_string(dev.ordinal()) +
+                                        ": the device has no stream-ordered memory pools (use DirectCuda)");
+    }
+    if (auto r = dev.make_current(); !r) return std::move(r).error();
+    if (auto r = dev.driver().mempool_set_release_threshold(dev.mempool(), options.release_threshold); !r) {
+      return std::move(r).error();
+    }
+    AsyncCuda a(std::move(streams));
+    if (auto r = a.state_->events.reserve(options.reserve_events); !r) return std::move(r).error();
+    return a;
+  }
+
+  result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
+    auto s = detail::check_request(*streams_, bytes, stream);
+    if (!s) return std::move(s).error();
+    if (auto r = make_current(); !r) return std::move(r).error();
+    auto& drv = driver();
+    auto ptr = drv.mem_alloc_async(bytes, streams_->device()->mempool(), *s);
+    if (!ptr) return std::move(ptr).error();
+    auto id = state_->table.insert(*ptr, bytes, Track{stream});
+    if (!id) {
+      (void)drv.mem_free_async(*ptr, *s);
+      return std::move(id).error();
+    }
+    state_->outstanding.add(static_cast<std::int64_t>(bytes));
+    return DeviceBlock{*ptr, bytes, stream, device_ordinal(), tag, *id};
+  }
+
+  /// Queues the free on the block's alloc stream after every tracked use on other
+  /// streams. On error the block is left with the caller, untouched, and still live.
+  result<void> deallocate(DeviceBlock&& b) noexcept {
+    if (auto r = detail::check_block(b, device_ordinal()); !r) return r;
+    if (auto r = make_current(); !r) return r;
+    auto a = streams_->get(b.alloc_stream());
+    if (!a) return std::move(a).error();
+    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) -> result<void> {
+      if (auto w = t.for_each_other([&](Use& u) { return wait_for(*a, u); }); !w) return w;
+      if (auto f = driver().mem_free_async(b.ptr(), *a); !f) return f;
+      t.release_events(state_->events);
+      return ok();
+    });
+    if (!r) return r;
+    state_->pending[b.alloc_stream().value].bytes.fetch_add(b.bytes(), std::memory_order_release);
+    DeviceBlock gone = std::move(b);
+    return ok();
+  }
+
+  std::size_t bytes_outstanding() const noexcept {
+    return static_cast<std::size_t>(state_->outstanding.value());
+  }
+
+  /// Waits for every free queued so far and retires its bytes.
+  result<void> reap_pending() noexcept {
+    if (auto r = make_current(); !r) return r;
+    const std::size_t n = streams_->size();
+    for (std::size_t i = 0; i < n; ++i) {
+      auto& p = state_->pending[i].bytes;
+      const std::uint64_t seen = p.load(std::memory_order_acquire);
+      if (seen == 0) continue;
+      auto s = streams_->get(StreamId{static_cast<std::uint32_t>(i)});
+      if (!s) return std::move(s).error();
+      if (auto r = driver().stream_synchronize(*s); !r) return r;
+      p.fetch_sub(seen, std::memory_order_relaxed);
+      state_->outstanding.add(-static_cast<std::int64_t>(seen));
+    }
+    return ok();
+  }
+
+  std::uint32_t device_ordinal() const noexcept { return streams_->device()->ordinal(); }
+
+  // ---- tracking -------------------------------------------------------------------
+
+  /// Work touching `block` was enqueued on `use`; the free will wait for it. The simple
+  /// form of prepare/finish: it orders nothing before the work, only the free after it.
+  result<void> record_block_use(const DeviceBlock& block, StreamId use) noexcept {
+    if (auto r = detail::check_block(block, device_ordinal()); !r) return r;
+    return finish(block.id(), use, Access::Read, &block);
+  }
+
+  /// Call BEFORE enqueuing work on `use` that touches block `id` with `access`.
+  result<void> prepare_block_use(BlockId id, StreamId use, Access access) noexcept {
+    auto s = streams_->get(use);
+    if (!s) return std::move(s).error();
+    if (auto r = make_current(); !r) return r;
+    auto r = state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
+      if (t.write.stream != use && !t.write_waited(use)) {
+        if (auto w = wait_for(*s, t.write); !w) return w;
+        t.mark_write_waited(use);
+      }
+      if (writes(access)) {
+        for (Use& rd : t.reads) {
+          if (rd.stream == use) continue;
+          if (auto w = wait_for(*s, rd); !w) return w;
+        }
+      }
+      return ok();
+    });
+    if (!r) return std::move(r).error();
+    return *r;
+  }
+
+  /// Call AFTER enqueuing work on `use` that touches block `id` with `access`.
+  result<void> finish_block_use(BlockId id, StreamId use, Access access) noexcept {
+    return finish(id, use, access, nullptr);
+  }
+
+  // ---- DriverResource -------------------------------------------------------------
+
+  D& driver() const noexcept { return streams_->driver(); }
+  result<stream_t> stream_handle(StreamId s) const noexcept { return streams_->get(s); }
+  result<void> make_current() const noexcept { return streams_->device()->make_current(); }
+  const std::shared_ptr<StreamPool<D>>& streams() const noexcept { return streams_; }
+
+  /// Live blocks (diagnostics and tests).
+  std::size_t live_blocks() const {
+    std::size_t n = 0;
+    state_->table.for_each([&](const Track&) { ++n; });
+    return n;
+  }
+
+ private:
+  /// One use of a block on a stream. `event` is valid (recorded after the use) only
+  /// when `recorded`; `has_event` says whether an event object is held for re-recording.
+  struct Use {
+    StreamId stream{};
+    event_t event{};
+    bool has_event = false;
+    bool recorded = false;
+  };
+  struct Track {
+    Track() = default;
+    explicit Track(StreamId alloc) : alloc_stream(alloc), write{alloc} {}
+    StreamId alloc_stream{};
+    Use write{};               // the last write (at first: the allocation, on alloc_stream)
+    std::vector<Use> reads;    // one per distinct stream since that write
+    std::uint64_t waited = 0;  // streams (ids < 64) that already waited for `write`
+
+    bool write_waited(StreamId s) const noexcept { return s.value < 64 && (waited >> s.value & 1u); }
+    void mark_write_waited(StreamId s) noexcept {
+      if (s.value < 64) waited |= std::uint64_t{1} << s.value;
+    }
+    /// Calls f(Use&) for each use on a stream other than the alloc stream (what the free
+    /// must wait for), stopping at the first error.
+    template <class F>
+    result<void> for_each_other(F&& f) {
+      if (write.stream != alloc_stream) {
+        if (auto r = f(write); !r) return r;
+      }
+      for (Use& r : reads) {
+        if (r.stream == alloc_stream) continue;
+        if (auto e = f(r); !e) return e;
+      }
+      return ok();
+    }
+    void release_events(EventPool<D>& pool) noexcept {
+      if (write.has_event) pool.release(write.event);
+      for (Use& r : reads) {
+        if (r.has_event) pool.release(r.event);
+      }
+      write = Use{};
+      reads.clear();
+    }
+  };
+  struct alignas(64) Pending {
+    std::atomic<std::uint64_t> bytes{0};
+  };
+  struct State {
+    State(std::uint32_t owner, std::shared_ptr<Device<D>> dev) : table(owner), events(std::move(dev)) {}
+    BlockTable<Track> table;
+    EventPool<D> events;
+    detail::StripedCounter outstanding;
+    std::array<Pending, StreamPool<D>::MAX_STREAMS> pending{};
+  };
+
+  explicit AsyncCuda(std::shared_ptr<StreamPool<D>> streams)
+      : streams_(std::move(streams)),
+        state_(std::make_unique<State>(detail::next_owner_serial(), streams_->device())) {}
+
+  /// Records `u`'s event on its stream now (a lazy use on the alloc stream).
+  result<void> resolve(Use& u) noexcept {
+    if (u.recorded) return ok();
+    if (!u.has_event) {
+      auto e = state_->events.acquire();
+      if (!e) return std::move(e).error();
+      u.event = *e;
+      u.has_event = true;
+    }
+    auto s = streams_->get(u.stream);
+    if (!s) return std::move(s).error();
+    if (auto r = driver().event_record(u.event, *s); !r) return r;
+    u.recorded = true;
+    return ok();
+  }
+
+  result<void> wait_for(stream_t waiter, Use& u) noexcept {
+    if (auto r = resolve(u); !r) return r;
+    return driver().stream_wait_event(waiter, u.event);
+  }
+
+  /// Updates `u` for a new use on its stream: recorded now, or left lazy on the alloc
+  /// stream. The event object is kept and re-recorded.
+  result<void> note_use(Use& u, StreamId alloc) noexcept {
+    u.recorded = false;
+    if (u.stream == alloc) return ok();
+    return resolve(u);
+  }
+
+  result<void> finish(BlockId id, StreamId use, Access access, const DeviceBlock* block) noexcept {
+    if (!streams_->contains(use)) return streams_->unknown(use);
+    if (auto r = make_current(); !r) return r;
+    auto r = state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
+      if (writes(access)) {
+        const bool same = t.write.stream == use;
+        Use next = same ? t.write : Use{use};
+        if (auto n = note_use(next, t.alloc_stream); !n) {
+          if (!same && next.has_event) state_->events.release(next.event);
+          return n;
+        }
+        if (!same && t.write.has_event) state_->events.release(t.write.event);
+        for (Use& rd : t.reads) {
+          if (rd.has_event) state_->events.release(rd.event);
+        }
+        t.reads.clear();
+        t.write = next;
+        t.waited = 0;
+        return ok();
+      }
+      for (Use& rd : t.reads) {
+        if (rd.stream == use) return note_use(rd, t.alloc_stream);
+      }
+      Use fresh{use};
+      if (auto n = note_use(fresh, t.alloc_stream); !n) {
+        if (fresh.has_event) state_->events.release(fresh.event);
+        return n;
+      }
+      try {
+        t.reads.push_back(fresh);
+      } catch (...) {
+        if (fresh.has_event) state_->events.release(fresh.event);
+        return error{errc::out_of_memory, "host memory exhausted recording a block use"};
+      }
+      return ok();
+    }, block);
+    if (!r) return std::move(r).error();
+    return *r;
+  }
+
+  std::shared_ptr<StreamPool<D>> streams_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace xlogrt

@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// BlockTable<Entry>: the live blocks of one resource, reached through generation-checked
+// BlockIds.
+//
+// Every base resource keeps one, so that a double free, a forged or foreign block and a
+// stale BlockId are recognised and refused with a named error instead of corrupting the
+// device's memory; AsyncCuda keeps each block's cross-stream dependency state in its
+// entry.
+//
+// Layout: SHARDS shards, each with its own mutex, slot storage and free list. A BlockId's
+// index is `local << SHARD_BITS | shard`. Inserting picks the shard from the calling
+// thread, so threads allocating at once land on different locks; every other operation
+// locks only the shard of the block it names. Slots live in fixed-size chunks that are
+// never moved, and a slot's generation grows each time it is freed, so an id of a freed
+// block never matches a newer block in the same slot.
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "xlogrt/core/block.hpp"
+#include "xlogrt/core/ids.hpp"
+#include "xlogrt/core/result.hpp"
+
+namespace xlogrt {
+
+/// What a caller wants a BlockId checked for; selects the error for a dead slot.
+enum class Lookup : std::uint8_t {
+  free,  ///< about to free the block: a dead slot is a double_free
+  use,   ///< about to use the block: a dead slot is a stale_block
+};
+
+/// Thread-safe. Operations on blocks of different shards never share a lock.
+template <class Entry>
+class BlockTable {
+ public:
+  static constexpr unsigned SHARD_BITS = 4;
+  static constexpr std::uint32_t SHARDS = 1u << SHARD_BITS;
+
+  explicit BlockTable(std::uint32_t owner) noexcept : owner_(owner) {}
+  BlockTable(const BlockTable&) = delete;
+  BlockTable& operator=(const BlockTable&) = delete;
+
+  std::uint32_t owner() const noexcept { return owner_; }
+
+  /// Stores `e` (for a block of `ptr` and `bytes`) and returns its new id.
+  result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Entry e) noexcept {
+    const std::uint32_t sh = home_shard();
+    Shard& s = shards_[sh];
+    std::lock_guard lock(s.mu);
+    std::uint32_t local;
+    if (!s.free.empty()) {
+      local = s.free.back();
+      s.free.pop_back();
+    } else {
+      local = s.used;
+      if ((local >> CHUNK_BITS) >= s.chunks.size()) {
+        try {
+          s.chunks.push_back(std::make_unique<Slot[]>(CHUNK));
+          s.free.reserve(std::size_t{s.chunks.size()} * CHUNK);  // erase never allocates
+        } catch (...) {
+          return error{errc::out_of_memory, "host memory exhausted growing the block table"};
+        }
+      }
+      ++s.used;
+    }
+    Slot& slot = s.at(local);
+    slot.live = true;
+    slot.ptr = ptr;
+    slot.bytes = bytes;
+    slot.entry = std::move(e);
+    return BlockId{owner_, (local << SHARD_BITS) | sh, slot.generation};
+  }
+
+  /// Runs `f(Entry&)` under the block's shard lock if `id` names a live block (and, when
+  /// `block` is given, one whose pointer and size match), and returns what f returns.
+  /// Errors: foreign_block, double_free (Lookup::free) or stale_block (Lookup::use).
+  template <class F>
+  auto with(BlockId id, Lookup why, F&& f, const DeviceBlock* block = nullptr) noexcept
+      -> result<std::invoke_result_t<F, Entry&>> {
+    using R = std::invoke_result_t<F, Entry&>;
+    Shard* s;
+    Slot* slot;
+    std::unique_lock<std::mutex> lock;
+    if (auto e = find(id, why, block, s, slot, lock); e) return std::move(*e);
+    if constexpr (std::is_void_v<R>) {
+      f(slot->entry);
+      return ok();
+    } else {
+      return f(slot->entry);
+    }
+  }
+
+  /// Removes the live block `id` after `f(Entry&)` (run under the shard lock) returns
+  /// success; on f's failure the block stays live and f's error is returned.
+  template <class F>
+  result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
+    Shard* s;
+    Slot* slot;
+    std::unique_lock<std::mutex> lock;
+    if (auto e = find(id, Lookup::free, block, s, slot, lock); e) return std::move(*e);
+    if (auto r = f(slot->entry); !r) return r;
+    slot->live = false;
+    slot->entry = Entry{};
+    ++slot->generation;
+    s->free.push_back(id.index >> SHARD_BITS);  // capacity reserved when the slot was made
+    return ok();
+  }
+
+  /// Calls f(const Entry&) for every live block (tests and diagnostics).
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Shard& s : shards_) {
+      std::lock_guard lock(s.mu);
+      for (std::uint32_t i = 0; i < s.used; ++i) {
+        const Slot& slot = s.at(i);
+        if (slot.live) f(slot.entry);
+      }
+    }
+  }
+
+ private:
+  static constexpr unsigned CHUNK_BITS = 10;
+  static constexpr std::uint32_t CHUNK = 1u << CHUNK_BITS;
+
+  struct Slot {
+    Entry entry{};
+    std::uint64_t ptr = 0;
+    std::size_t bytes = 0;
+    std::uint32_t generation = 0;
+    bool live = false;
+  };
+  struct alignas(64) Shard {
+    mutable std::mutex mu;
+    std::vector<std::unique_ptr<Slot[]>> chunks;
+    std::vector<std::uint32_t> free;
+    std::uint32_t used = 0;
+    Slot& at(std::uint32_t local) noexcept { return chunks[local >> CHUNK_BITS][local & (CHUNK - 1)]; }
+    const Slot& at(std::uint32_t local) const noexcept {
+      return chunks[local >> CHUNK_BITS][local & (CHUNK - 1)];
+    }
+  };
+
+  static std::uint32_t home_shard() noexcept {
+    static thread_local const std::uint32_t mine = static_cast<std::uint32_t>(
+        std::hash<const void*>{}(&mine) / alignof(std::max_align_t) % SHARDS);
+    return mine;
+  }
+
+  std::optional<error> find(BlockId id, Lookup why, const DeviceBlock* block, Shard*& s,
+                            Slot*& slot, std::unique_lock<std::mutex>& lock) noexcept {
+    if (id.owner != owner_) {
+      return error{errc::foreign_block, "block " + id.to_string() +
+                                            " was not allocated by this resource (owner " +
+                                            std::to_string(owner_) + ")"};
+    }
+    s = &shards_[id.index & (SHARDS - 1)];
+    lock = std::unique_lock(s->mu);
+    const std::uint32_t local = id.index >> SHARD_BITS;
+    if (local >= s->used) {
+      return error{errc::foreign_block, "block " + id.to_string() + " names no slot of this resource"};
+    }
+    slot = &s->at(local);
+    if (!slot->live || slot->generation != id.generation) {
+      if (why == Lookup::free) {
+        return error{errc::double_free, "block " + id.to_string() + " was already freed"};
+      }
+      return error{errc::stale_block, "block " + id.to_string() + " has been freed; its id is stale"};
+    }
+    if (block && (block->ptr() != slot->ptr || block->bytes() != slot->bytes)) {
+      return error{errc::foreign_block, "block " + id.to_string() +
+                                            " does not match the allocation of that id (pointer or size differs)"};
+    }
+    return std::nullopt;
+  }
+
+  std::uint32_t owner_;
+  std::array<Shard, SHARDS> shards_;
+};
+
+}  // namespace xlogrt

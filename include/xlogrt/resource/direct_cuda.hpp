@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// DirectCuda<D>: synchronous cuMemAlloc / cuMemFree, no cross-stream tracking.
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "xlogrt/core/block.hpp"
+#include "xlogrt/device/stream_pool.hpp"
+#include "xlogrt/resource/block_tracker.hpp"
+#include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/detail/request.hpp"
+#include "xlogrt/resource/detail/striped_counter.hpp"
+
+namespace xlogrt {
+
+/// The simplest base resource: every allocate is a cuMemAlloc and every deallocate a
+/// cuMemFree, so memory is back with the driver when deallocate returns and
+/// bytes_outstanding() is exact at once (reap_pending has nothing to do). Blocks are usable
+/// on any stream. It does not track cross-stream uses: a stack built on it has no
+/// record_block_use (that is a compile error, see TrackingResource). Useful under
+/// compute-sanitizer and for comparisons; AsyncCuda is the production base.
+///
+/// Thread-safe. Move-only; a moved-from DirectCuda may only be destroyed.
+template <Driver D>
+class DirectCuda {
+ public:
+  using driver_type = D;
+  static constexpr bool supports_block_use_tracking = false;
+
+  explicit DirectCuda(std::shared_ptr<StreamPool<D>> streams) noexcept
+      : streams_(std::move(streams)),
+        state_(std::make_unique<State>(detail::next_owner_serial())) {}
+
+  result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
+    auto s = detail::check_request(*streams_, bytes, stream);
+    if (!s) return std::move(s).error();
+    if (auto r = make_current(); !r) return std::move(r).error();
+    auto& drv = driver();
+    auto ptr = drv.mem_alloc(bytes);
+    if (!ptr) return std::move(ptr).error();
+    auto id = state_->table.insert(*ptr, bytes, Empty{});
+    if (!id) {
+      (void)drv.mem_free(*ptr);
+      return std::move(id).error();
+    }
+    state_->outstanding.add(static_cast<std::int64_t>(bytes));
+    return DeviceBlock{*ptr, bytes, stream, device_ordinal(), tag, *id};
+  }
+
+  /// Frees at once. On error the block is left with the caller, untouched.
+  result<void> deallocate(DeviceBlock&& b) noexcept {
+    if (auto r = detail::check_block(b, device_ordinal()); !r) return r;
+    if (auto r = make_current(); !r) return r;
+    auto r = state_->table.erase_if(b.id(), &b, [&](Empty&) { return driver().mem_free(b.ptr()); });
+    if (!r) return r;
+    state_->outstanding.add(-static_cast<std::int64_t>(b.bytes()));
+    DeviceBlock gone = std::move(b);
+    return ok();
+  }
+
+  std::size_t bytes_outstanding() const noexcept {
+    return static_cast<std::size_t>(state_->outstanding.value());
+  }
+  result<void> reap_pending() noexcept { return ok(); }
+  std::uint32_t device_ordinal() const noexcept { return streams_->device()->ordinal(); }
+
+  D& driver() const noexcept { return streams_->driver(); }
+  result<typename D::stream_t> stream_handle(StreamId s) const noexcept { return streams_->get(s); }
+  result<void> make_current() const noexcept { return streams_->device()->make_current(); }
+  const std::shared_ptr<StreamPool<D>>& streams() const noexcept { return streams_; }
+
+ private:
+  struct Empty {};
+  struct State {
+    explicit State(std::uint32_t owner) : table(owner) {}
+    BlockTable<Empty> table;
+    detail::StripedCounter outstanding;
+  };
+  std::shared_ptr<StreamPool<D>> streams_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace xlogrt
