@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The environment variables that configure the default stack, the way users configure
+// PyTorch's and RMM's allocators:
+//   XLOGRT_BUDGET_BYTES  the byte budget of each device ordinal: a whole number with an
+//                        optional K, M, G or T suffix (powers of 1024; "KiB"/"KB"/"K"
+//                        alike, any case), e.g. 512M, 8G, 1073741824. Unset or empty: no
+//                        budget.
+//   XLOGRT_LOG_FILE      the CSV file Logging writes (see logging.hpp). Unset or empty:
+//                        logging off.
+// A malformed value is an invalid_argument error that names the variable and the value;
+// nothing here aborts or throws.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "xlogrt/core/result.hpp"
+
+namespace xlogrt {
+
+inline constexpr const char* ENV_BUDGET_BYTES = "XLOGRT_BUDGET_BYTES";
+inline constexpr const char* ENV_LOG_FILE = "XLOGRT_LOG_FILE";
+
+/// What the environment asks of the default stack.
+struct EnvConfig {
+  std::optional<std::size_t> budget_bytes;  ///< unset: no budget
+  std::optional<std::string> log_file;      ///< unset: no logging
+};
+
+/// Parses a byte count: digits, optional spaces, an optional K/M/G/T (any case) optionally
+/// followed by "B" or "iB", or a bare "B". Errors: invalid_argument (malformed, zero, or
+/// more than a size_t holds), the message naming `what` and the text.
+inline result<std::size_t> parse_byte_size(std::string_view text, std::string_view what = "byte size") {
+  auto bad = [&](std::string_view why) {
+    return error{errc::invalid_argument, std::string(what) + "='" + std::string(text) + "' " + std::string(why) +
+                                             ": expected a whole number of bytes with an optional K, M, G or T "
+                                             "suffix (powers of 1024), e.g. 512M or 8G"};
+  };
+  std::string_view s = text;
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  if (s.empty()) return bad("is empty");
+  std::uint64_t v = 0;
+  std::size_t i = 0;
+  for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
+    const auto d = static_cast<std::uint64_t>(s[i] - '0');
+    if (v > (std::numeric_limits<std::uint64_t>::max() - d) / 10) return bad("is too large");
+    v = v * 10 + d;
+  }
+  if (i == 0) return bad("is not a number");
+  std::string_view suffix = s.substr(i);
+  while (!suffix.empty() && suffix.front() == ' ') suffix.remove_prefix(1);
+  unsigned shift = 0;
+  if (!suffix.empty()) {
+    switch (suffix.front()) {
+      case 'k': case 'K': shift = 10; break;
+      case 'm': case 'M': shift = 20; break;
+      case 'g': case 'G': shift = 30; break;
+      case 't': case 'T': shift = 40; break;
+      case 'b': case 'B': shift = 0; break;
+      default: return bad("has an unknown suffix");
+    }
+    std::string_view rest = suffix.substr(1);
+    const bool bare_b = suffix.front() == 'b' || suffix.front() == 'B';
+    if (!bare_b) {
+      if (rest == "iB" || rest == "ib" || rest == "IB") rest = {};
+      if (rest == "B" || rest == "b") rest = {};
+    }
+    if (!rest.empty()) return bad("has an unknown suffix");
+  }
+  if (v == 0) return bad("is zero (a budget of 0 bytes would refuse every allocation; unset the variable for no budget)");
+  if (shift != 0 && v > (std::numeric_limits<std::uint64_t>::max() >> shift)) return bad("is too large");
+  v <<= shift;
+  if (v > std::numeric_limits<std::size_t>::max()) return bad("is too large");
+  return static_cast<std::size_t>(v);
+}
+
+/// Builds the configuration from the two variables' values (nullptr: unset). Errors:
+/// invalid_argument naming XLOGRT_BUDGET_BYTES and its value.
+inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* log_file) {
+  EnvConfig c;
+  if (budget_bytes != nullptr && *budget_bytes != '\0') {
+    auto b = parse_byte_size(budget_bytes, ENV_BUDGET_BYTES);
+    if (!b) return std::move(b).error();
+    c.budget_bytes = *b;
+  }
+  if (log_file != nullptr && *log_file != '\0') c.log_file = std::string(log_file);
+  return c;
+}
+
+/// Reads XLOGRT_BUDGET_BYTES and XLOGRT_LOG_FILE from the environment. Not thread-safe
+/// against a concurrent setenv (std::getenv's own rule).
+inline result<EnvConfig> read_env_config() {
+  return parse_env_config(std::getenv(ENV_BUDGET_BYTES), std::getenv(ENV_LOG_FILE));
+}
+
+}  // namespace xlogrt
