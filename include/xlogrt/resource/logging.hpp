@@ -1,0 +1,325 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Logging<Up, Sink>: one CSV record per allocate, failed allocate and free, in the
+// column layout of RAPIDS RMM's logging_resource_adaptor (see detail/log_record.hpp for
+// the exact format), so that logs from RMM's tools and ours read alike.
+
+#include <atomic>
+#include <cerrno>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "xlogrt/core/block.hpp"
+#include "xlogrt/core/ids.hpp"
+#include "xlogrt/core/result.hpp"
+#include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/detail/decorator.hpp"
+#include "xlogrt/resource/detail/log_record.hpp"
+#include "xlogrt/resource/detail/log_writer.hpp"
+
+namespace xlogrt {
+
+/// Where Logging sends its records.
+/// - `S::enabled`: false makes Logging compile to its upstream (NullSink);
+/// - `active()`: whether records are wanted now (a FileSink without a file is not);
+/// - `write(record)`: never fails and never throws; a record it cannot keep is counted
+///   in `dropped()`. It must not make every allocating thread queue on one lock;
+/// - `flush()`: waits for what was written so far to reach its destination.
+template <class S>
+concept LogSink = std::move_constructible<S> && requires(S& s, const S& cs, const LogRecord& r) {
+  { S::enabled } -> std::convertible_to<bool>;
+  { cs.active() } -> std::convertible_to<bool>;
+  { s.write(r) } noexcept;
+  { cs.dropped() } -> std::same_as<std::uint64_t>;
+  { s.flush() } -> std::same_as<result<void>>;
+};
+
+/// Logs nothing; Logging<Up, NullSink> compiles to Up's own calls. Thread-safe; lock-free.
+struct NullSink {
+  static constexpr bool enabled = false;
+  static constexpr bool active() noexcept { return false; }
+  void write(const LogRecord&) noexcept {}
+  std::uint64_t dropped() const noexcept { return 0; }
+  result<void> flush() noexcept { return ok(); }
+};
+
+/// Writes CSV to a file, truncated at open, through a lock-free ring drained by a writer
+/// thread (allocating threads never wait for the file). A default-constructed FileSink
+/// has no file and logs nothing (what an unset XLOGRT_LOG_FILE gives). Each batch is
+/// flushed as it is written, so a sink that is never destroyed loses at most its last
+/// milliseconds at exit. Destruction drains and closes.
+///
+/// Thread-safe: write from any thread. Construction, moves and destruction happen-before
+/// / after use.
+class FileSink {
+ public:
+  static constexpr bool enabled = true;
+
+  FileSink() noexcept = default;
+
+  /// Opens (truncates) `path` and writes the header line. Errors: sink_failure naming the
+  /// path and the system's reason.
+  static result<FileSink> open(const std::string& path, LogSinkOptions options = {}) noexcept {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) {
+      const int e = errno;
+      return error{errc::sink_failure, "cannot open log file '" + path + "' for writing: " + std::strerror(e)};
+    }
+    auto w = detail::LogWriter::start(f, nullptr, options);
+    if (!w) {
+      return error{errc::sink_failure, "log file '" + path + "': " + w.error().message()};
+    }
+    FileSink s;
+    s.w_ = std::move(*w);
+    return s;
+  }
+
+  bool active() const noexcept { return w_ != nullptr; }
+  void write(const LogRecord& r) noexcept {
+    if (w_) w_->push(r);
+  }
+  std::uint64_t dropped() const noexcept { return w_ ? w_->dropped() : 0; }
+  result<void> flush() noexcept { return w_ ? w_->flush() : ok(); }
+
+ private:
+  std::unique_ptr<detail::LogWriter> w_;
+};
+
+/// Writes CSV to a caller's std::ostream (which must outlive the sink and not be written
+/// by anyone else meanwhile), through the same ring and writer thread as FileSink.
+///
+/// Thread-safe: write from any thread.
+class OStreamSink {
+ public:
+  static constexpr bool enabled = true;
+
+  /// Errors: sink_failure when the header cannot be written or the thread not started.
+  static result<OStreamSink> open(std::ostream& os, LogSinkOptions options = {}) noexcept {
+    auto w = detail::LogWriter::start(nullptr, &os, options);
+    if (!w) return std::move(w).error();
+    OStreamSink s;
+    s.w_ = std::move(*w);
+    return s;
+  }
+
+  bool active() const noexcept { return w_ != nullptr; }
+  void write(const LogRecord& r) noexcept {
+    if (w_) w_->push(r);
+  }
+  std::uint64_t dropped() const noexcept { return w_ ? w_->dropped() : 0; }
+  result<void> flush() noexcept { return w_ ? w_->flush() : ok(); }
+
+ private:
+  OStreamSink() noexcept = default;
+  std::unique_ptr<detail::LogWriter> w_;
+};
+
+/// Keeps the last `capacity` records in memory (older ones are overwritten, counted in
+/// overwritten(), not dropped). For tests and for a crash handler that wants the recent
+/// history.
+///
+/// write: a ticket from one fetch_add picks the cell; each cell has its own tiny spin
+/// lock, so writers contend only when the ring has wrapped onto a cell another writer is
+/// filling. Thread-safe.
+class RingSink {
+ public:
+  static constexpr bool enabled = true;
+
+  explicit RingSink(std::size_t capacity = 4096) : st_(std::make_unique<State>(capacity ? capacity : 1)) {}
+
+  bool active() const noexcept { return true; }
+
+  void write(const LogRecord& r) noexcept {
+    const std::uint64_t t = st_->next.fetch_add(1, std::memory_order_relaxed);
+    Cell& c = st_->cells[t % st_->capacity];
+    lock(c);
+    if (c.ticket <= t) {  // a slower writer never overwrites a newer record
+      c.rec = r;
+      c.ticket = t + 1;
+    }
+    c.busy.clear(std::memory_order_release);
+  }
+
+  std::uint64_t dropped() const noexcept { return 0; }
+  result<void> flush() noexcept { return ok(); }
+
+  /// Records written so far, oldest first (at most capacity; a record whose writer has
+  /// not finished is left out).
+  std::vector<LogRecord> records() const {
+    const std::uint64_t end = st_->next.load(std::memory_order_relaxed);
+    const std::uint64_t begin = end > st_->capacity ? end - st_->capacity : 0;
+    std::vector<LogRecord> out;
+    out.reserve(static_cast<std::size_t>(end - begin));
+    for (std::uint64_t t = begin; t < end; ++t) {
+      Cell& c = st_->cells[t % st_->capacity];
+      lock(c);
+      const bool mine = c.ticket == t + 1;
+      const LogRecord r = c.rec;
+      c.busy.clear(std::memory_order_release);
+      if (mine) out.push_back(r);
+    }
+    return out;
+  }
+
+  /// records() as CSV, header first.
+  std::string csv() const {
+    std::string s(LOG_CSV_HEADER);
+    s += '\n';
+    char line[detail::LOG_LINE_MAX];
+    const auto offset = detail::local_utc_offset_ns();
+    for (const auto& r : records()) s.append(line, detail::format_log_line(r, offset, line));
+    return s;
+  }
+
+  std::uint64_t written() const noexcept { return st_->next.load(std::memory_order_relaxed); }
+  std::uint64_t overwritten() const noexcept {
+    const auto n = written();
+    return n > st_->capacity ? n - st_->capacity : 0;
+  }
+
+ private:
+  struct Cell {
+    std::atomic_flag busy;
+    std::uint64_t ticket = 0;  // ticket+1 of the record held; 0: empty
+    LogRecord rec{};
+  };
+  struct State {
+    explicit State(std::size_t n) : capacity(n), cells(new Cell[n]) {}
+    std::size_t capacity;
+    std::unique_ptr<Cell[]> cells;
+    alignas(64) std::atomic<std::uint64_t> next{0};
+  };
+  static void lock(Cell& c) noexcept {
+    while (c.busy.test_and_set(std::memory_order_acquire)) std::this_thread::yield();
+  }
+  std::unique_ptr<State> st_;
+};
+
+/// Logs every allocate, failed allocate and free of the stack below it to `Sink`: the
+/// OS thread, the wall-clock time, the action, pointer, bytes, stream and tag (see
+/// detail/log_record.hpp for the CSV columns; read_log_csv parses them back).
+///
+/// A free is logged *before* it reaches the upstream, as RMM does, so a log never shows
+/// an address handed out again before the free that released it; if the upstream then
+/// refuses the free (leaves the block with the caller), a `free failure` record follows. A sink never fails an operation:
+/// what it cannot write it counts (dropped()). With NullSink nothing is built at all.
+///
+/// Thread-safe (as thread-safe as the sink, and every shipped sink is). Construction
+/// and moves happen-before use.
+template <DeviceMemoryResource Upstream, LogSink Sink = FileSink>
+class Logging : public detail::DriverTypeOf<Upstream> {
+ public:
+  static constexpr bool supports_block_use_tracking = Upstream::supports_block_use_tracking;
+  static constexpr bool frees_synchronously = SynchronousFree<Upstream>;
+  using sink_type = Sink;
+
+  explicit Logging(Upstream upstream, Sink sink = Sink{}) noexcept(
+      std::is_nothrow_move_constructible_v<Upstream> && std::is_nothrow_move_constructible_v<Sink>)
+      : up_(std::move(upstream)), sink_(std::move(sink)) {}
+
+  result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
+    auto b = up_.allocate(bytes, stream, tag);
+    if constexpr (Sink::enabled) {
+      if (sink_.active()) {
+        if (b) {
+          log(LogAction::allocate, b->ptr(), b->bytes(), stream, tag);
+        } else {
+          log(LogAction::allocate_failure, 0, bytes, stream, tag);
+        }
+      }
+    }
+    return b;
+  }
+
+  result<void> deallocate(DeviceBlock&& block) noexcept {
+    if constexpr (Sink::enabled) {
+      if (sink_.active()) {
+        const std::uint64_t p = block.ptr();
+        const std::size_t n = block.bytes();
+        const StreamId s = block.alloc_stream();
+        const AllocTag t = block.tag();
+        const bool was_live = !block.empty();
+        log(LogAction::free, p, n, s, t);
+        auto r = up_.deallocate(std::move(block));
+        if (!was_live || !block.empty()) log(LogAction::free_failure, p, n, s, t);
+        return r;
+      }
+    }
+    return up_.deallocate(std::move(block));
+  }
+
+  std::size_t bytes_outstanding() const noexcept { return up_.bytes_outstanding(); }
+  result<void> reap_pending() noexcept { return up_.reap_pending(); }
+  std::uint32_t device_ordinal() const noexcept { return up_.device_ordinal(); }
+
+  Sink& sink() noexcept { return sink_; }
+  const Sink& sink() const noexcept { return sink_; }
+  /// Records the sink could not keep.
+  std::uint64_t dropped() const noexcept { return sink_.dropped(); }
+  result<void> flush() noexcept { return sink_.flush(); }
+
+  // ---- forwarded ------------------------------------------------------------------
+
+  result<void> record_block_use(const DeviceBlock& b, StreamId use) noexcept
+    requires TrackingResource<Upstream>
+  {
+    return up_.record_block_use(b, use);
+  }
+  result<void> prepare_block_use(BlockId id, StreamId use, Access a) noexcept
+    requires TrackingResource<Upstream>
+  {
+    return up_.prepare_block_use(id, use, a);
+  }
+  result<void> finish_block_use(BlockId id, StreamId use, Access a) noexcept
+    requires TrackingResource<Upstream>
+  {
+    return up_.finish_block_use(id, use, a);
+  }
+
+  decltype(auto) driver() const noexcept
+    requires DriverResource<Upstream>
+  {
+    return up_.driver();
+  }
+  auto stream_handle(StreamId s) const noexcept
+    requires DriverResource<Upstream>
+  {
+    return up_.stream_handle(s);
+  }
+  result<void> make_current() const noexcept
+    requires DriverResource<Upstream>
+  {
+    return up_.make_current();
+  }
+
+  Upstream& upstream() noexcept { return up_; }
+  const Upstream& upstream() const noexcept { return up_; }
+
+ private:
+  void log(LogAction a, std::uint64_t ptr, std::size_t bytes, StreamId s, AllocTag t) noexcept {
+    sink_.write(LogRecord{detail::os_thread_id(), detail::now_ns(), a, ptr, bytes, s, t});
+  }
+
+  [[no_unique_address]] Upstream up_;
+  [[no_unique_address]] Sink sink_;
+};
+
+static_assert(LogSink<NullSink> && LogSink<FileSink> && LogSink<OStreamSink> && LogSink<RingSink>);
+static_assert(DeviceMemoryResource<Logging<detail::PlainArchetype, NullSink>>);
+static_assert(!TrackingResource<Logging<detail::PlainArchetype, RingSink>>);
+static_assert(TrackingResource<Logging<detail::TrackingArchetype, FileSink>>);
+static_assert(DriverResource<Logging<detail::DriverArchetype, NullSink>>);
+
+}  // namespace xlogrt
