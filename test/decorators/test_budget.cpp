@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: Apache-2.0
+// Budget<Up>: one byte budget per ordinal, charged at allocate, credited when a free is
+// known complete, exact under threads. Each test uses its own ordinal: the budget table
+// is process-wide.
+
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <xlogrt/resource/budget.hpp>
+
+#include "spies.hpp"
+
+using namespace xlogrt;
+using namespace xlogrt::testing;
+
+namespace {
+std::size_t in_use(std::uint32_t ordinal) { return device_budget(ordinal)->in_use; }
+}  // namespace
+
+TEST_CASE("budget charges at allocate and credits a synchronous free at once", "[budget]") {
+  constexpr std::uint32_t ord = 1;
+  SyncSpy spy(ord);
+  auto st = spy.state();
+  Budget<SyncSpy> b{std::move(spy), BudgetOptions{.limit_bytes = 4096}};
+  STATIC_REQUIRE(Budget<SyncSpy>::frees_synchronously);
+  CHECK(device_budget(ord)->limit == 4096);
+
+  auto x = b.allocate(1000, StreamId{0}, AllocTag{1});
+  REQUIRE(x.has_value());
+  CHECK(in_use(ord) == 1000);
+  CHECK(b.bytes_outstanding() == 1000);
+  REQUIRE(b.deallocate(std::move(*x)).has_value());
+  CHECK(in_use(ord) == 0);
+  CHECK(st->reaps == 0);
+}
+
+TEST_CASE("budget rolls back its charge when the upstream fails", "[budget]") {
+  constexpr std::uint32_t ord = 2;
+  PlainSpy spy(ord);
+  auto st = spy.state();
+  Budget<PlainSpy> b{std::move(spy), BudgetOptions{.limit_bytes = 1 << 20}};
+
+  st->fail_allocate_in = 1;
+  auto x = b.allocate(4096, StreamId{0}, AllocTag{});
+  REQUIRE_FALSE(x);
+  CHECK(x.error().code() == errc::out_of_memory);
+  CHECK(in_use(ord) == 0);
+
+  auto zero = b.allocate(0, StreamId{0}, AllocTag{});
+  REQUIRE_FALSE(zero);
+  CHECK(zero.error().code() == errc::zero_bytes);
+  CHECK(in_use(ord) == 0);
+
+  auto y = b.allocate(4096, StreamId{0}, AllocTag{});
+  REQUIRE(y.has_value());
+  CHECK(in_use(ord) == 4096);
+
+  // A refused free credits nothing, and the block stays with the caller.
+  st->fail_deallocate_in = 1;
+  REQUIRE_FALSE(b.deallocate(std::move(*y)));
+  CHECK_FALSE(y->empty());
+  CHECK(in_use(ord) == 4096);
+  CHECK(b.pending_credit() == 0);
+
+  DeviceBlock forged{y->ptr(), y->bytes(), y->alloc_stream(), y->device_ordinal(), y->tag(), y->id()};
+  REQUIRE(b.deallocate(std::move(*y)).has_value());
+  auto twice = b.deallocate(std::move(forged));
+  REQUIRE_FALSE(twice);
+  CHECK(twice.error().code() == errc::double_free);
+  CHECK(b.pending_credit() == 4096);
+  REQUIRE(b.reap_pending().has_value());
+  CHECK(in_use(ord) == 0);
+
+  // A failed reap puts the pending credit back.
+  auto z = b.allocate(100, StreamId{0}, AllocTag{});
+  REQUIRE(z.has_value());
+  REQUIRE(b.deallocate(std::move(*z)).has_value());
+  st->fail_reap_in = 1;
+  REQUIRE_FALSE(b.reap_pending());
+  CHECK(b.pending_credit() == 100);
+  CHECK(in_use(ord) == 100);
+  REQUIRE(b.reap_pending().has_value());
+  CHECK(in_use(ord) == 0);
+}
+
+TEST_CASE("a queued free still counts; pressure reaps once and retries", "[budget]") {
+  constexpr std::uint32_t ord = 3;
+  PlainSpy spy(ord);
+  auto st = spy.state();
+  Budget<PlainSpy> b{std::move(spy), BudgetOptions{.limit_bytes = 1000}};
+
+  auto x = b.allocate(600, StreamId{0}, AllocTag{});
+  REQUIRE(x.has_value());
+  REQUIRE(b.deallocate(std::move(*x)).has_value());
+  // The spy has only queued the free: the device still holds the 600 bytes.
+  CHECK(st->held == 600);
+  CHECK(in_use(ord) == 600);
+  CHECK(b.pending_credit() == 600);
+
+  auto y = b.allocate(600, StreamId{1}, AllocTag{});
+  REQUIRE(y.has_value());
+  CHECK(st->reaps == 1);
+  CHECK(in_use(ord) == 600);
+  CHECK(st->max_held <= 1000);
+
+  // Reaping frees nothing now: the request fails, naming what a person needs.
+  auto z = b.allocate(500, StreamId{2}, AllocTag{7});
+  REQUIRE_FALSE(z);
+  CHECK(z.error().code() == errc::out_of_budget);
+  CHECK(st->reaps == 2);
+  const auto& m = z.error().message();
+  CHECK_THAT(m, Catch::Contains("ordinal 3"));
+  CHECK_THAT(m, Catch::Contains("500 bytes"));
+  CHECK_THAT(m, Catch::Contains("budget of 1000 bytes"));
+  CHECK_THAT(m, Catch::Contains("600 bytes in use"));
+  CHECK(in_use(ord) == 600);
+
+  // A reap that fails under pressure is reported in the budget error.
+  REQUIRE(b.deallocate(std::move(*y)).has_value());
+  st->fail_reap_in = 1;
+  auto w = b.allocate(600, StreamId{0}, AllocTag{});
+  REQUIRE_FALSE(w);
+  CHECK(w.error().code() == errc::out_of_budget);
+  CHECK_THAT(w.error().message(), Catch::Contains("reaping queued frees failed"));
+  REQUIRE(b.reap_pending().has_value());
+  CHECK(in_use(ord) == 0);
+}
+
+TEST_CASE("stacks on one ordinal share its budget; other ordinals are apart", "[budget]") {
+  constexpr std::uint32_t ord = 4;
+  REQUIRE(set_device_budget(ord, 1000).has_value());
+  Budget<SyncSpy> a{SyncSpy(ord)};
+  Budget<SyncSpy> b{SyncSpy(ord)};
+  Budget<SyncSpy> other{SyncSpy(ord + 1)};
+  auto x = a.allocate(700, StreamId{0}, AllocTag{});
+  REQUIRE(x.has_value());
+  auto y = b.allocate(400, StreamId{0}, AllocTag{});
+  REQUIRE_FALSE(y);
+  CHECK(y.error().code() == errc::out_of_budget);
+  auto z = other.allocate(400, StreamId{0}, AllocTag{});
+  REQUIRE(z.has_value());
+  // Lowering the limit revokes nothing, refuses what no longer fits.
+  REQUIRE(set_device_budget(ord, 500).has_value());
+  CHECK_FALSE(b.allocate(1, StreamId{0}, AllocTag{}));
+  REQUIRE(a.deallocate(std::move(*x)).has_value());
+  auto w = b.allocate(400, StreamId{0}, AllocTag{});
+  REQUIRE(w.has_value());
+  REQUIRE(b.deallocate(std::move(*w)).has_value());
+  REQUIRE(other.deallocate(std::move(*z)).has_value());
+  CHECK(in_use(ord) == 0);
+  CHECK(in_use(ord + 1) == 0);
+  REQUIRE(clear_device_budget(ord).has_value());
+}
+
+TEST_CASE("an ordinal outside the table is a named error", "[budget]") {
+  CHECK(set_device_budget(BUDGET_ORDINALS, 1).error().code() == errc::invalid_ordinal);
+  CHECK(device_budget(99).error().code() == errc::invalid_ordinal);
+  Budget<PlainSpy> b{PlainSpy(40)};
+  auto x = b.allocate(64, StreamId{0}, AllocTag{});
+  REQUIRE_FALSE(x);
+  CHECK(x.error().code() == errc::invalid_ordinal);
+  CHECK_THAT(x.error().message(), Catch::Contains("40"));
+}
+
+TEST_CASE("budget forwards tracking only when the upstream tracks", "[budget]") {
+  STATIC_REQUIRE_FALSE(TrackingResource<Budget<PlainSpy>>);
+  STATIC_REQUIRE_FALSE(HasRecordBlockUse<Budget<PlainSpy>>);
+  STATIC_REQUIRE(HasRecordBlockUse<Budget<TrackingSpy>>);
+  STATIC_REQUIRE(TrackingResource<Budget<TrackingSpy>>);
+  TrackingSpy spy(6);
+  auto st = spy.state();
+  Budget<TrackingSpy> b{std::move(spy)};
+  auto x = b.allocate(64, StreamId{0}, AllocTag{});
+  REQUIRE(x.has_value());
+  REQUIRE(b.record_block_use(*x, StreamId{1}).has_value());
+  REQUIRE(b.prepare_block_use(x->id(), StreamId{1}, Access::Read).has_value());
+  REQUIRE(b.finish_block_use(x->id(), StreamId{1}, Access::Read).has_value());
+  CHECK(st->records == 1);
+  CHECK(st->prepares == 1);
+  CHECK(st->finishes == 1);
+  REQUIRE(b.deallocate(std::move(*x)).has_value());
+  CHECK(b.prepare_block_use(x->id(), StreamId{1}, Access::Read).error().code() == errc::stale_block);
+  REQUIRE(b.reap_pending().has_value());
+}
+
+TEST_CASE("16 threads hammering one ordinal: the device never holds more than the budget",
+          "[budget][threads]") {
+  constexpr std::uint32_t ord = 7;
+  constexpr std::size_t limit = 64 * 1024;
+  PlainSpy spy(ord);  // frees queue until a reap, as AsyncCuda's do
+  auto st = spy.state();
+  Budget<PlainSpy> b{std::move(spy), BudgetOptions{.limit_bytes = limit}};
+  std::atomic<std::uint64_t> ok_count{0}, refused{0}, other_errors{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      std::uniform_int_distribution<std::size_t> size(64, 8192);
+      std::vector<DeviceBlock> mine;
+      for (int i = 0; i < 2000; ++i) {
+        auto x = b.allocate(size(rng), StreamId{t % 4}, AllocTag{t});
+        if (x) {
+          ++ok_count;
+          mine.push_back(std::move(*x));
+        } else if (x.error().code() == errc::out_of_budget) {
+          ++refused;
+        } else {
+          ++other_errors;
+        }
+        if (mine.size() > 2 || (!x && !mine.empty())) {
+          if (!b.deallocate(std::move(mine.front()))) ++other_errors;
+          mine.erase(mine.begin());
+        }
+        if (i % 97 == 0 && !b.reap_pending()) ++other_errors;
+      }
+      for (auto& x : mine) {
+        if (!b.deallocate(std::move(x))) ++other_errors;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(other_errors == 0);
+  CHECK(ok_count > 0);
+  CHECK(refused > 0);  // the budget was under pressure
+  INFO("max held " << st->max_held.load());
+  CHECK(st->max_held <= limit);
+  CHECK(in_use(ord) >= st->held);  // queued frees are still charged
+  REQUIRE(b.reap_pending().has_value());
+  CHECK(st->held == 0);
+  CHECK(in_use(ord) == 0);
+  CHECK(b.pending_credit() == 0);
+}

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: Apache-2.0
+// Statistics<Up>: per-tag and total counters, exact under threads, consistent snapshots.
+
+#include <catch2/catch.hpp>
+
+#include <thread>
+#include <vector>
+
+#include <xlogrt/resource/statistics.hpp>
+
+#include "spies.hpp"
+
+using namespace xlogrt;
+using namespace xlogrt::testing;
+
+TEST_CASE("statistics count per tag and in total, peaks included", "[statistics]") {
+  PlainSpy spy;
+  auto st = spy.state();
+  Statistics<PlainSpy> s{std::move(spy), StatisticsOptions{.tag_slots = 8}};
+
+  auto a = s.allocate(100, StreamId{0}, AllocTag{1});
+  auto b = s.allocate(300, StreamId{0}, AllocTag{1});
+  auto c = s.allocate(50, StreamId{1}, AllocTag{2});
+  auto big = s.allocate(7, StreamId{1}, AllocTag{1000});  // beyond tag_slots: `other`
+  REQUIRE((a && b && c && big));
+  REQUIRE(s.deallocate(std::move(*a)).has_value());
+  st->fail_allocate_in = 1;
+  REQUIRE_FALSE(s.allocate(10, StreamId{0}, AllocTag{2}));
+
+  const auto snap = s.snapshot();
+  const auto t1 = snap.of(AllocTag{1});
+  CHECK(t1.current_bytes == 300);
+  CHECK(t1.peak_bytes == 400);
+  CHECK(t1.total_bytes == 400);
+  CHECK(t1.freed_bytes == 100);
+  CHECK(t1.allocations == 2);
+  CHECK(t1.frees == 1);
+  CHECK(t1.current_count == 1);
+  CHECK(t1.failed == 0);
+  const auto t2 = snap.of(AllocTag{2});
+  CHECK(t2.current_bytes == 50);
+  CHECK(t2.allocations == 1);
+  CHECK(t2.failed == 1);
+  REQUIRE(snap.other.has_value());
+  CHECK(snap.other->current_bytes == 7);
+  CHECK(snap.of(AllocTag{3}) == AllocationCounters{});
+  CHECK(snap.tags.size() == 2);
+
+  CHECK(snap.total.current_bytes == 357);
+  CHECK(snap.total.peak_bytes == 457);
+  CHECK(snap.total.total_bytes == 457);
+  CHECK(snap.total.allocations == 4);
+  CHECK(snap.total.frees == 1);
+  CHECK(snap.total.current_count == 3);
+  CHECK(snap.total.failed == 1);
+
+  REQUIRE(s.deallocate(std::move(*b)).has_value());
+  REQUIRE(s.deallocate(std::move(*c)).has_value());
+  REQUIRE(s.deallocate(std::move(*big)).has_value());
+  const auto end = s.snapshot();
+  CHECK(end.total.current_bytes == 0);
+  CHECK(end.total.peak_bytes == 457);
+  CHECK(end.total.current_count == 0);
+}
+
+TEST_CASE("statistics are unchanged by an operation the upstream refuses", "[statistics]") {
+  PlainSpy spy;
+  auto st = spy.state();
+  Statistics<PlainSpy> s{std::move(spy)};
+  auto a = s.allocate(128, StreamId{0}, AllocTag{3});
+  REQUIRE(a.has_value());
+  const auto before = s.snapshot();
+  st->fail_deallocate_in = 1;
+  REQUIRE_FALSE(s.deallocate(std::move(*a)));
+  DeviceBlock empty;
+  REQUIRE_FALSE(s.deallocate(std::move(empty)));
+  const auto after = s.snapshot();
+  CHECK(after.total == before.total);
+  CHECK(after.of(AllocTag{3}) == before.of(AllocTag{3}));
+  REQUIRE(s.deallocate(std::move(*a)).has_value());
+  CHECK(s.snapshot().of(AllocTag{3}).frees == 1);
+}
+
+TEST_CASE("statistics are exact under 8 threads, and every snapshot is consistent",
+          "[statistics][threads]") {
+  TrackingSpy spy;
+  Statistics<TrackingSpy> s{std::move(spy)};
+  STATIC_REQUIRE(TrackingResource<Statistics<TrackingSpy>>);
+  constexpr int THREADS = 8, ROUNDS = 3000;
+  std::atomic<bool> done{false};
+  std::atomic<int> inconsistent{0}, snapshots{0}, errors{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      const auto snap = s.snapshot();
+      ++snapshots;
+      auto sane = [](const AllocationCounters& c) {
+        return c.current_bytes == c.total_bytes - c.freed_bytes && c.total_bytes >= c.freed_bytes &&
+               c.current_count == c.allocations - c.frees && c.allocations >= c.frees &&
+               c.peak_bytes >= c.current_bytes;
+      };
+      AllocationCounters sum;
+      for (const auto& t : snap.tags) {
+        if (!sane(t.counters)) ++inconsistent;
+        sum.current_bytes += t.counters.current_bytes;
+        sum.allocations += t.counters.allocations;
+        sum.frees += t.counters.frees;
+      }
+      if (!sane(snap.total) || sum.current_bytes != snap.total.current_bytes ||
+          sum.allocations != snap.total.allocations || sum.frees != snap.total.frees) {
+        ++inconsistent;
+      }
+    }
+  });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < THREADS; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<DeviceBlock> mine;
+      for (int i = 0; i < ROUNDS; ++i) {
+        auto b = s.allocate(static_cast<std::size_t>(t + 1), StreamId{0}, AllocTag{static_cast<std::uint32_t>(t % 4)});
+        if (!b) {
+          ++errors;  // Catch2's assertions are not thread-safe: count, check after join
+          continue;
+        }
+        mine.push_back(std::move(*b));
+        if (mine.size() == 3) {
+          if (!s.deallocate(std::move(mine.front()))) ++errors;
+          mine.erase(mine.begin());
+        }
+      }
+      for (auto& b : mine) {
+        if (!s.deallocate(std::move(b))) ++errors;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  done = true;
+  reader.join();
+  CHECK(errors == 0);
+  CHECK(inconsistent == 0);
+  CHECK(snapshots > 0);
+
+  const auto snap = s.snapshot();
+  CHECK(snap.total.allocations == THREADS * ROUNDS);
+  CHECK(snap.total.frees == THREADS * ROUNDS);
+  CHECK(snap.total.current_bytes == 0);
+  std::size_t total = 0;
+  for (int t = 0; t < THREADS; ++t) total += static_cast<std::size_t>(t + 1) * ROUNDS;
+  CHECK(snap.total.total_bytes == total);
+  for (std::uint32_t tag = 0; tag < 4; ++tag) {
+    const auto c = snap.of(AllocTag{tag});
+    // threads tag and tag+4 share the tag; each holds at most 3 blocks of its size
+    CHECK(c.allocations == 2 * ROUNDS);
+    CHECK(c.total_bytes == (tag + 1 + tag + 5) * std::size_t{ROUNDS});
+    CHECK(c.peak_bytes <= 3 * (tag + 1 + tag + 5));
+    CHECK(c.peak_bytes >= 3 * (tag + 5));
+  }
+  CHECK(snap.total.peak_bytes >= 3 * 8);
+  CHECK(snap.total.peak_bytes <= 3 * total / ROUNDS);
+}
