@@ -165,16 +165,16 @@ class SpyUpstream {
   result<void> reap_pending() noexcept {
     ++s_->reaps;
     if (SpyState::due(s_->fail_reap_in)) return error{errc::driver_error, "spy: injected reap failure"};
-    std::vector<SpyState::Live> done;
-    {
-      std::lock_guard lock(s_->mu);
-      done.swap(s_->queued);
-      for (auto& l : done) s_->quarantine.push_back(l.ptr);
-    }
-    for (auto& l : done) {
+    // Retire under the lock: a reap that runs concurrently with this one must not return
+    // before the frees this one has taken are complete (the contract: every free queued
+    // before a reap began is complete when it returns).
+    std::lock_guard lock(s_->mu);
+    for (auto& l : s_->queued) {
+      s_->quarantine.push_back(l.ptr);
       s_->held.fetch_sub(l.bytes);
       s_->outstanding.fetch_sub(l.bytes);
     }
+    s_->queued.clear();
     return ok();
   }
 
