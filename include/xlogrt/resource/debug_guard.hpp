@@ -4,6 +4,7 @@
 // DebugGuard<Up>: guard bytes around every block, checked when it is freed.
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -58,7 +59,14 @@ struct DebugGuardOptions {
 /// The block the caller gets keeps the upstream's BlockId, so prepare_block_use and
 /// finish_block_use pass through unchanged; a block DebugGuard does not know (a double
 /// free, a block of another resource) goes to the upstream untouched, which names the
-/// error. bytes_outstanding() is the upstream's, guard bytes included.
+/// error. bytes_outstanding() is the upstream's less the guard bytes, so it counts what
+/// callers asked for, as the contract says (exact whenever no call is in flight; a free
+/// queued by an asynchronous upstream counts, guards excluded, until reap_pending).
+///
+/// If the upstream refuses the free after the check (a driver error), the block stays
+/// with the caller and stays live, its guards are written again, but its contents have
+/// already been poisoned: a debugging tool's trade, rather than a host copy of every
+/// block.
 ///
 /// Errors (deallocate): guard_corrupted (freed); a driver error while checking (not
 /// freed, the block stays with the caller); foreign_block for a block whose pointer or
@@ -103,6 +111,7 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
     if (!table_->insert(out)) {
       return undo(error{errc::out_of_memory, "host memory exhausted recording a guarded block"});
     }
+    overhead_->held.fetch_add(2 * g, std::memory_order_release);
     DeviceBlock forgotten = std::move(*u);  // rebuilt from `out` at free
     return out;
   }
@@ -135,21 +144,40 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
       return r;
     }
     if (auto r = up_.deallocate(std::move(u)); !r) {
-      if (!u.empty()) {  // not freed: the caller keeps the block
+      if (!u.empty()) {  // not freed: the caller keeps the block, with its guards back
+        auto& d = up_.driver();
+        (void)d.memset_d8_async(u.ptr(), opt_.pattern, g, *h);
+        (void)d.memset_d8_async(b.ptr() + b.bytes(), opt_.pattern, g, *h);
         table_->put_back(b);
         return r;
       }
+      overhead_->freed(2 * g, frees_synchronously);
       DeviceBlock gone = std::move(b);
       if (!verdict->empty()) return error{errc::guard_corrupted, std::move(*verdict) + "; then " + r.error().what()};
       return r;
     }
+    overhead_->freed(2 * g, frees_synchronously);
     DeviceBlock gone = std::move(b);
     if (!verdict->empty()) return error{errc::guard_corrupted, std::move(*verdict)};
     return ok();
   }
 
-  std::size_t bytes_outstanding() const noexcept { return up_.bytes_outstanding(); }
-  result<void> reap_pending() noexcept { return up_.reap_pending(); }
+  std::size_t bytes_outstanding() const noexcept {
+    const std::size_t extra = overhead_->held.load(std::memory_order_acquire);
+    const std::size_t all = up_.bytes_outstanding();
+    return all > extra ? all - extra : 0;
+  }
+  /// Reaps the upstream; the guard bytes of the frees it has seen complete stop counting.
+  result<void> reap_pending() noexcept {
+    const std::size_t taken = overhead_->pending.exchange(0, std::memory_order_acquire);
+    auto r = up_.reap_pending();
+    if (!r) {
+      if (taken != 0) overhead_->pending.fetch_add(taken, std::memory_order_relaxed);
+      return r;
+    }
+    overhead_->held.fetch_sub(taken, std::memory_order_release);
+    return ok();
+  }
   std::uint32_t device_ordinal() const noexcept { return up_.device_ordinal(); }
 
   const DebugGuardOptions& options() const noexcept { return opt_; }
@@ -302,9 +330,24 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
     return std::string{};
   }
 
+  /// Guard bytes the upstream counts in its bytes_outstanding: those of live blocks and
+  /// of frees not yet reaped (taken at reap exactly as Budget takes its pending credit).
+  struct Overhead {
+    std::atomic<std::size_t> held{0};
+    std::atomic<std::size_t> pending{0};
+    void freed(std::size_t n, bool synchronous) noexcept {
+      if (synchronous) {
+        held.fetch_sub(n, std::memory_order_release);
+      } else {
+        pending.fetch_add(n, std::memory_order_release);
+      }
+    }
+  };
+
   [[no_unique_address]] Upstream up_;
   DebugGuardOptions opt_;
   std::unique_ptr<Table> table_;
+  std::unique_ptr<Overhead> overhead_ = std::make_unique<Overhead>();
 };
 
 static_assert(GuardableResource<detail::DriverArchetype>);
