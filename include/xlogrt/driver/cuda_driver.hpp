@@ -1,0 +1,505 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// CudaDriver: the Driver policy over the real CUDA driver API, loaded at run time.
+//
+// Nothing links against libcuda: open() dlopens libcuda.so.1 (or the file named by the
+// environment variable XLOGRT_LIBCUDA), checks that it is CUDA 12.0 or newer, calls
+// cuInit(0) and resolves every entry point through cuGetProcAddress at the version whose
+// ABI matches the function pointer type (detail/cuda_api.hpp says which, and why). A
+// program built with xlogrt therefore starts on any machine, and learns from open()
+// whether there is a usable GPU:
+//   errc::no_driver       no libcuda (or not a working one)
+//   errc::driver_too_old  libcuda older than CUDA 12.0, or lacking an entry point
+//   errc::no_device       the driver works but sees no GPU
+// each with a sentence saying what to do.
+//
+// Cost. Each wrapper is one load of the exit flag, one indirect call through the table
+// and one test of the status; the error (and its message) is built out of line, only
+// on failure. No lock, no string work and no allocation on success.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "xlogrt/core/result.hpp"
+#include "xlogrt/driver/concept.hpp"
+#include "xlogrt/driver/detail/cuda_api.hpp"
+#include "xlogrt/driver/detail/cuda_loader.hpp"
+#include "xlogrt/driver/lifetime.hpp"
+#include "xlogrt/driver/status.hpp"
+
+namespace xlogrt {
+
+static_assert(sizeof(CUdeviceptr) == sizeof(std::uint64_t), "CUdeviceptr must be 64-bit");
+
+/// The real driver. Obtain it with open(); it lives until the process ends.
+///
+/// Every member is a thin wrapper over one driver call (named in its doc) and follows
+/// the Driver contract (driver/concept.hpp): noexcept, a failure is
+/// status::driver_failure(status, "cuXxx", status_name(status)), and once the process
+/// has begun to exit (driver/lifetime.hpp) no member calls libcuda: each returns
+/// errc::shutting_down instead. Calls that need a context use the calling thread's
+/// current one (see ctx_make_current).
+///
+/// Thread-safe. (The function table is immutable after open(); libcuda is thread-safe.
+/// ctx_make_current changes the calling thread's current context only.)
+class CudaDriver {
+ public:
+  using device_t = CUdevice;
+  using context_t = CUcontext;
+  using stream_t = CUstream;
+  using event_t = CUevent;
+  using mempool_t = CUmemoryPool;
+
+  static constexpr const char* kind = "cuda";
+
+  /// The oldest driver open() accepts, as cuDriverGetVersion reports it (12.0).
+  static constexpr int min_driver_version = detail::min_cuda_driver_version;
+
+  /// The process-wide driver, loaded and checked on the first successful call.
+  ///
+  /// Concurrent first callers wait for one load and receive the same instance. A failed
+  /// open keeps no instance and caches no error, so a later call tries again (e.g. after
+  /// the caller has set XLOGRT_LIBCUDA); once one has succeeded, the library and the
+  /// environment are not looked at again. Errors: no_driver, driver_too_old, no_device
+  /// (see the file comment), a driver_failure of cuDeviceGetCount, shutting_down once
+  /// exit has begun. Thread-safe; lock-free after the first success.
+  //
+  // The instance slot, lock-free on the read side:
+  //   instance_ == nullptr  not loaded yet, or every attempt so far failed;
+  //   instance_ == d        loaded; never changes again (d is never freed).
+  // The first load is acquire and pairs with open_slow()'s release store, so a thread
+  // that sees d also sees the function table written before it was published. Inside
+  // open_slow() the second load may be relaxed: a pointer stored by another opener was
+  // stored under the same mutex, whose lock orders it before this load. A function-local
+  // static (`static auto d = load();`) would be simpler, but it would either cache a
+  // failure for the life of the process or need an exception to retry, and xlogrt
+  // throws none.
+  static result<CudaDriver*> open() noexcept {
+    if (detail::process_exiting()) [[unlikely]] {
+      return xlogrt::error{errc::shutting_down,
+                           "CudaDriver::open refused: the process is exiting, and libcuda "
+                           "may already be torn down"};
+    }
+    if (CudaDriver* d = instance_.load(std::memory_order_acquire)) return d;
+    return open_slow();
+  }
+
+  CudaDriver(const CudaDriver&) = delete;
+  CudaDriver& operator=(const CudaDriver&) = delete;
+
+  /// The raw function table, for callers that time or use driver calls directly.
+  const detail::CudaApi& api() const noexcept { return api_; }
+  /// cuDriverGetVersion of the loaded driver (12080 for CUDA 12.8).
+  int driver_version() const noexcept { return version_; }
+  /// The library name or path that was loaded ("libcuda.so.1" unless XLOGRT_LIBCUDA).
+  const std::string& library() const noexcept { return library_; }
+
+  // --- Devices and their primary contexts -------------------------------------------
+
+  /// cuDeviceGetCount.
+  result<int> device_count() const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceGetCount");
+    int n = 0;
+    if (const CUresult s = api_.cuDeviceGetCount_(&n); s != CUDA_SUCCESS) [[unlikely]] {
+      return failure(s, "cuDeviceGetCount");
+    }
+    return n;
+  }
+
+  /// cuDeviceGet. An ordinal out of range fails with CUDA_ERROR_INVALID_DEVICE
+  /// (errc::no_device).
+  result<CUdevice> device_get(int ordinal) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceGet");
+    CUdevice dev = 0;
+    if (const CUresult s = api_.cuDeviceGet_(&dev, ordinal); s != CUDA_SUCCESS) [[unlikely]] {
+      return failure(s, "cuDeviceGet");
+    }
+    return dev;
+  }
+
+  /// cuDeviceGetName ("NVIDIA H200").
+  result<std::string> device_name(CUdevice dev) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceGetName");
+    char name[256] = {};
+    if (const CUresult s = api_.cuDeviceGetName_(name, static_cast<int>(sizeof name) - 1, dev);
+        s != CUDA_SUCCESS) [[unlikely]] {
+      return failure(s, "cuDeviceGetName");
+    }
+    return std::string(name);
+  }
+
+  /// cuDeviceTotalMem (the _v2 variant: size_t bytes).
+  result<std::size_t> device_total_mem(CUdevice dev) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceTotalMem");
+    std::size_t bytes = 0;
+    if (const CUresult s = api_.cuDeviceTotalMem_(&bytes, dev); s != CUDA_SUCCESS) [[unlikely]] {
+      return failure(s, "cuDeviceTotalMem");
+    }
+    return bytes;
+  }
+
+  /// cuDeviceGetAttribute, with DeviceAttr mapped to CUdevice_attribute.
+  ///
+  /// stream_mem_ops_supported answers for what xlogrt calls, cuStreamWriteValue32 in its
+  /// v2 form: every driver open() accepts (CUDA 12.0 or newer) supports it on every
+  /// device, so it is 1 once cuDeviceGetAttribute has confirmed that `dev` is a device.
+  /// (CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 describes the deprecated v1
+  /// operations, which need a kernel module parameter, and is 0 on most machines.)
+  /// An attr outside DeviceAttr gives errc::invalid_argument.
+  result<int> device_attribute(CUdevice dev, DeviceAttr attr) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceGetAttribute");
+    CUdevice_attribute a{};
+    bool always_one = false;
+    switch (attr) {
+      case DeviceAttr::memory_pools_supported:
+        a = CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
+        break;
+      case DeviceAttr::stream_mem_ops_supported:
+        a = CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR;  // validates dev
+        always_one = true;
+        break;
+      case DeviceAttr::can_map_host_memory:
+        a = CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY;
+        break;
+      case DeviceAttr::compute_capability_major:
+        a = CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR;
+        break;
+      case DeviceAttr::compute_capability_minor:
+        a = CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR;
+        break;
+      case DeviceAttr::multiprocessor_count:
+        a = CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
+        break;
+      default:
+        return error{errc::invalid_argument,
+                     "device_attribute: DeviceAttr value " +
+                         std::to_string(static_cast<int>(attr)) +
+                         " is not one CudaDriver knows; pass a named DeviceAttr"};
+    }
+    int value = 0;
+    if (const CUresult s = api_.cuDeviceGetAttribute_(&value, a, dev); s != CUDA_SUCCESS)
+        [[unlikely]] {
+      return failure(s, "cuDeviceGetAttribute");
+    }
+    return always_one ? 1 : value;
+  }
+
+  /// cuDevicePrimaryCtxRetain. Balance with primary_ctx_release.
+  result<CUcontext> primary_ctx_retain(CUdevice dev) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuDevicePrimaryCtxRetain");
+    CUcontext ctx = nullptr;
+    if (const CUresult s = api_.cuDevicePrimaryCtxRetain_(&ctx, dev); s != CUDA_SUCCESS)
+        [[unlikely]] {
+      return failure(s, "cuDevicePrimaryCtxRetain");
+    }
+    return ctx;
+  }
+
+  /// cuDevicePrimaryCtxRelease (_v2).
+  result<void> primary_ctx_release(CUdevice dev) const noexcept {
+    return call("cuDevicePrimaryCtxRelease", api_.cuDevicePrimaryCtxRelease_, dev);
+  }
+
+  /// Makes `ctx` current on the calling thread. cuCtxGetCurrent first, and
+  /// cuCtxSetCurrent only when another context (or none) is current, so calling it
+  /// before every operation is cheap.
+  result<void> ctx_make_current(CUcontext ctx) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuCtxGetCurrent");
+    CUcontext current = nullptr;
+    if (const CUresult s = api_.cuCtxGetCurrent_(&current); s != CUDA_SUCCESS) [[unlikely]] {
+      return failure(s, "cuCtxGetCurrent");
+    }
+    if (current == ctx) return ok();
+    if (const CUresult s = api_.cuCtxSetCurrent_(ctx); s != CUDA_SUCCESS) [[unlikely]] {
+      return failure(s, "cuCtxSetCurrent");
+    }
+    return ok();
+  }
+
+  /// cuMemGetInfo (_v2) of the current context's device.
+  result<MemInfo> mem_get_info() const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuMemGetInfo");
+    MemInfo info;
+    if (const CUresult s = api_.cuMemGetInfo_(&info.free, &info.total); s != CUDA_SUCCESS)
+        [[unlikely]] {
+      return failure(s, "cuMemGetInfo");
+    }
+    return info;
+  }
+
+  // --- Streams and events ----------------------------------------------------------
+
+  /// cuStreamCreate(CU_STREAM_NON_BLOCKING): the stream does not synchronise with the
+  /// legacy default stream.
+  result<CUstream> stream_create() const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuStreamCreate");
+    CUstream s = nullptr;
+    if (const CUresult r = api_.cuStreamCreate_(&s, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS)
+        [[unlikely]] {
+      return failure(r, "cuStreamCreate");
+    }
+    return s;
+  }
+
+  /// cuStreamDestroy (_v2): work already enqueued still completes.
+  result<void> stream_destroy(CUstream s) const noexcept {
+    return call("cuStreamDestroy", api_.cuStreamDestroy_, s);
+  }
+
+  /// cuStreamSynchronize.
+  result<void> stream_synchronize(CUstream s) const noexcept {
+    return call("cuStreamSynchronize", api_.cuStreamSynchronize_, s);
+  }
+
+  /// cuStreamQuery: true when all enqueued work is done, false on CUDA_ERROR_NOT_READY.
+  result<bool> stream_query(CUstream s) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuStreamQuery");
+    const CUresult r = api_.cuStreamQuery_(s);
+    if (r == CUDA_SUCCESS) return true;
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    return failure(r, "cuStreamQuery");
+  }
+
+  /// cuStreamWaitEvent(s, e, 0): work enqueued on `s` afterwards waits for `e`.
+  result<void> stream_wait_event(CUstream s, CUevent e) const noexcept {
+    return call("cuStreamWaitEvent", api_.cuStreamWaitEvent_, s, e, 0u);
+  }
+
+  /// cuEventCreate(CU_EVENT_DISABLE_TIMING).
+  result<CUevent> event_create() const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuEventCreate");
+    CUevent e = nullptr;
+    if (const CUresult r = api_.cuEventCreate_(&e, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS)
+        [[unlikely]] {
+      return failure(r, "cuEventCreate");
+    }
+    return e;
+  }
+
+  /// cuEventDestroy (_v2).
+  result<void> event_destroy(CUevent e) const noexcept {
+    return call("cuEventDestroy", api_.cuEventDestroy_, e);
+  }
+
+  /// cuEventRecord.
+  result<void> event_record(CUevent e, CUstream s) const noexcept {
+    return call("cuEventRecord", api_.cuEventRecord_, e, s);
+  }
+
+  /// cuEventQuery: true when reached, false on CUDA_ERROR_NOT_READY.
+  result<bool> event_query(CUevent e) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuEventQuery");
+    const CUresult r = api_.cuEventQuery_(e);
+    if (r == CUDA_SUCCESS) return true;
+    if (r == CUDA_ERROR_NOT_READY) return false;
+    return failure(r, "cuEventQuery");
+  }
+
+  /// cuEventSynchronize.
+  result<void> event_synchronize(CUevent e) const noexcept {
+    return call("cuEventSynchronize", api_.cuEventSynchronize_, e);
+  }
+
+  // --- Memory ------------------------------------------------------------------------
+
+  /// cuDeviceGetDefaultMemPool.
+  result<CUmemoryPool> device_default_mempool(CUdevice dev) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceGetDefaultMemPool");
+    CUmemoryPool pool = nullptr;
+    if (const CUresult s = api_.cuDeviceGetDefaultMemPool_(&pool, dev); s != CUDA_SUCCESS)
+        [[unlikely]] {
+      return failure(s, "cuDeviceGetDefaultMemPool");
+    }
+    return pool;
+  }
+
+  /// cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, bytes): how much freed
+  /// memory the pool keeps instead of returning it at the next synchronisation.
+  result<void> mempool_set_release_threshold(CUmemoryPool pool,
+                                             std::uint64_t bytes) const noexcept {
+    cuuint64_t value = bytes;  // the attribute's value type
+    return call("cuMemPoolSetAttribute", api_.cuMemPoolSetAttribute_, pool,
+                CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, static_cast<void*>(&value));
+  }
+
+  /// cuMemAllocFromPoolAsync: `bytes` from `pool`, usable by work enqueued on `s` after
+  /// this call.
+  result<std::uint64_t> mem_alloc_async(std::size_t bytes, CUmemoryPool pool,
+                                        CUstream s) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuMemAllocFromPoolAsync");
+    CUdeviceptr p = 0;
+    if (const CUresult r = api_.cuMemAllocFromPoolAsync_(&p, bytes, pool, s); r != CUDA_SUCCESS)
+        [[unlikely]] {
+      return failure(r, "cuMemAllocFromPoolAsync");
+    }
+    return std::uint64_t{p};
+  }
+
+  /// cuMemFreeAsync: the memory returns to its pool when `s` reaches this point.
+  result<void> mem_free_async(std::uint64_t ptr, CUstream s) const noexcept {
+    return call("cuMemFreeAsync", api_.cuMemFreeAsync_, CUdeviceptr{ptr}, s);
+  }
+
+  /// cuMemAlloc (_v2), synchronous.
+  result<std::uint64_t> mem_alloc(std::size_t bytes) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuMemAlloc");
+    CUdeviceptr p = 0;
+    if (const CUresult r = api_.cuMemAlloc_(&p, bytes); r != CUDA_SUCCESS) [[unlikely]] {
+      return failure(r, "cuMemAlloc");
+    }
+    return std::uint64_t{p};
+  }
+
+  /// cuMemFree (_v2), synchronous.
+  result<void> mem_free(std::uint64_t ptr) const noexcept {
+    return call("cuMemFree", api_.cuMemFree_, CUdeviceptr{ptr});
+  }
+
+  /// cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE): page-locked
+  /// host memory, mapped into the device address space, usable from every context.
+  result<void*> mem_host_alloc_mapped(std::size_t bytes) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuMemHostAlloc");
+    void* p = nullptr;
+    if (const CUresult r = api_.cuMemHostAlloc_(
+            &p, bytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+        r != CUDA_SUCCESS) [[unlikely]] {
+      return failure(r, "cuMemHostAlloc");
+    }
+    return p;
+  }
+
+  /// cuMemHostGetDevicePointer (_v2, flags 0): the device address of mapped host memory.
+  result<std::uint64_t> mem_host_device_pointer(void* host) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting("cuMemHostGetDevicePointer");
+    CUdeviceptr p = 0;
+    if (const CUresult r = api_.cuMemHostGetDevicePointer_(&p, host, 0u); r != CUDA_SUCCESS)
+        [[unlikely]] {
+      return failure(r, "cuMemHostGetDevicePointer");
+    }
+    return std::uint64_t{p};
+  }
+
+  /// cuMemFreeHost.
+  result<void> mem_host_free(void* host) const noexcept {
+    return call("cuMemFreeHost", api_.cuMemFreeHost_, host);
+  }
+
+  // --- Stream-ordered copies, fills, flag writes and host callbacks ---------------------
+
+  /// cuMemsetD8Async.
+  result<void> memset_d8_async(std::uint64_t dst, std::uint8_t value, std::size_t bytes,
+                               CUstream s) const noexcept {
+    return call("cuMemsetD8Async", api_.cuMemsetD8Async_, CUdeviceptr{dst},
+                static_cast<unsigned char>(value), bytes, s);
+  }
+
+  /// cuMemcpyHtoDAsync (_v2).
+  result<void> memcpy_htod_async(std::uint64_t dst, const void* src, std::size_t bytes,
+                                 CUstream s) const noexcept {
+    return call("cuMemcpyHtoDAsync", api_.cuMemcpyHtoDAsync_, CUdeviceptr{dst}, src, bytes, s);
+  }
+
+  /// cuMemcpyDtoHAsync (_v2).
+  result<void> memcpy_dtoh_async(void* dst, std::uint64_t src, std::size_t bytes,
+                                 CUstream s) const noexcept {
+    return call("cuMemcpyDtoHAsync", api_.cuMemcpyDtoHAsync_, dst, CUdeviceptr{src}, bytes, s);
+  }
+
+  /// cuMemcpyDtoDAsync (_v2).
+  result<void> memcpy_dtod_async(std::uint64_t dst, std::uint64_t src, std::size_t bytes,
+                                 CUstream s) const noexcept {
+    return call("cuMemcpyDtoDAsync", api_.cuMemcpyDtoDAsync_, CUdeviceptr{dst},
+                CUdeviceptr{src}, bytes, s);
+  }
+
+  /// cuStreamWriteValue32 (v2, CU_STREAM_WRITE_VALUE_DEFAULT): when `s` reaches this
+  /// point, `value` is written to `dst` (4-byte aligned device or mapped host address),
+  /// ordered after the stream's earlier work.
+  result<void> stream_write_value32(CUstream s, std::uint64_t dst,
+                                    std::uint32_t value) const noexcept {
+    return call("cuStreamWriteValue32", api_.cuStreamWriteValue32_, s, CUdeviceptr{dst},
+                cuuint32_t{value}, static_cast<unsigned>(CU_STREAM_WRITE_VALUE_DEFAULT));
+  }
+
+  /// cuLaunchHostFunc: runs fn(data) on a driver thread when `s` reaches this point.
+  /// fn must not call the CUDA API.
+  result<void> launch_host_func(CUstream s, HostFn fn, void* data) const noexcept {
+    return call("cuLaunchHostFunc", api_.cuLaunchHostFunc_, s, CUhostFn{fn}, data);
+  }
+
+  /// The driver's name of status `s` (cuGetErrorName: "CUDA_ERROR_INVALID_VALUE"); the
+  /// names status.hpp knows when the driver does not (or may no longer be) asked; empty
+  /// for a status nobody knows.
+  std::string status_name(int s) const {
+    if (s >= 0 && s <= static_cast<int>(CUDA_ERROR_UNKNOWN) && !detail::process_exiting()) {
+      const char* n = nullptr;
+      if (api_.cuGetErrorName_(static_cast<CUresult>(s), &n) == CUDA_SUCCESS && n != nullptr) {
+        return n;
+      }
+    }
+    return std::string(status::name(s));
+  }
+
+ private:
+  explicit CudaDriver(detail::LoadedCuda&& loaded) noexcept
+      : api_(loaded.api), library_(std::move(loaded.library)), version_(loaded.version) {}
+
+  // One wrapper of a call whose only output is its status.
+  template <class Fn, class... Args>
+  result<void> call(const char* name, Fn fn, Args... args) const noexcept {
+    if (detail::process_exiting()) [[unlikely]] return exiting(name);
+    if (const CUresult s = fn(args...); s != CUDA_SUCCESS) [[unlikely]] return failure(s, name);
+    return ok();
+  }
+
+  [[gnu::cold, gnu::noinline]] xlogrt::error failure(CUresult s, const char* fn_name) const {
+    const int st = static_cast<int>(s);
+    return status::driver_failure(st, fn_name, status_name(st));
+  }
+
+  [[gnu::cold, gnu::noinline]] static xlogrt::error exiting(const char* fn_name) {
+    return xlogrt::error{errc::shutting_down,
+                         std::string(fn_name) +
+                             " was not called: the process is exiting and libcuda may "
+                             "already be torn down; release GPU resources before exit"};
+  }
+
+  [[gnu::noinline]] static result<CudaDriver*> open_slow() noexcept {
+    std::lock_guard<std::mutex> lock(open_mutex_);
+    if (CudaDriver* d = instance_.load(std::memory_order_relaxed)) return d;
+    auto loaded = detail::load_cuda_driver();
+    if (!loaded) return std::move(loaded).error();
+    // Leaked on purpose, and libcuda never dlclosed: runtimes, streams and leaked
+    // singletons hold references to this object and call through its table until the
+    // very end of the process, and destroying either at exit would race with libcuda's
+    // own teardown (driver/lifetime.hpp). The exit flag stops the calls instead.
+    auto* d = new (std::nothrow) CudaDriver(std::move(*loaded));
+    if (d == nullptr) {
+      return xlogrt::error{errc::out_of_memory,
+                           "CudaDriver::open could not allocate the driver object"};
+    }
+    // Armed after cuInit (in load_cuda_driver), so that the flag handler is registered
+    // after any exit handler libcuda registered while initialising, and therefore runs
+    // before it: no xlogrt call reaches libcuda once its teardown may have begun.
+    detail::arm_exit_guard();
+    instance_.store(d, std::memory_order_release);
+    return d;
+  }
+
+  detail::CudaApi api_;
+  std::string library_;
+  int version_;
+
+  static inline std::atomic<CudaDriver*> instance_{nullptr};
+  static inline std::mutex open_mutex_;
+};
+
+static_assert(Driver<CudaDriver>);
+
+}  // namespace xlogrt
