@@ -33,7 +33,7 @@ namespace xlogrt {
 /// Device attributes the library reads.
 enum class DeviceAttr : std::uint8_t {
   memory_pools_supported,     ///< CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
-  stream_mem_ops_supported,   ///< CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 (write-value)
+  stream_mem_ops_supported,   ///< v2 cuStreamWriteValue32 available: always 1 on a driver >= 12.0
   can_map_host_memory,        ///< CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY
   compute_capability_major,   ///< CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
   compute_capability_minor,   ///< CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
