@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <functional>
 #include <istream>
@@ -96,20 +97,71 @@ inline std::int64_t local_utc_offset_ns() noexcept {
 /// Longest line format_log_line writes, newline included.
 inline constexpr std::size_t LOG_LINE_MAX = 128;
 
+/// Appends the decimal digits of `v` at `out`; returns the end.
+inline char* put_decimal(char* out, std::uint64_t v) noexcept {
+  char tmp[20];
+  int n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  while (n > 0) *out++ = tmp[--n];
+  return out;
+}
+
+/// Appends `v` as exactly `width` decimal digits (zero-padded).
+inline char* put_fixed(char* out, std::uint64_t v, int width) noexcept {
+  for (int i = width - 1; i >= 0; --i) {
+    out[i] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  }
+  return out + width;
+}
+
 /// Writes `r` as one CSV line ending in '\n' into `out` (>= LOG_LINE_MAX chars); returns
-/// its length.
+/// its length. Hand-rolled rather than snprintf: the writer thread formats every record,
+/// and this is several times faster.
 inline std::size_t format_log_line(const LogRecord& r, std::int64_t utc_offset_ns, char* out) noexcept {
   constexpr std::int64_t day = 86'400'000'000'000;
   std::int64_t tod = (r.time_ns + utc_offset_ns) % day;
   if (tod < 0) tod += day;
-  const auto us = static_cast<long long>(tod / 1000);
-  const int n = std::snprintf(out, LOG_LINE_MAX, "%llu,%02lld:%02lld:%02lld.%06lld,%s,0x%llx,%llu,%u,%u\n",
-                              static_cast<unsigned long long>(r.thread), us / 3'600'000'000LL,
-                              us / 60'000'000LL % 60, us / 1'000'000LL % 60, us % 1'000'000LL,
-                              to_string(r.action).data(), static_cast<unsigned long long>(r.ptr),
-                              static_cast<unsigned long long>(r.bytes), r.stream.value, r.tag.value);
-  if (n < 0) return 0;
-  return static_cast<std::size_t>(n) < LOG_LINE_MAX ? static_cast<std::size_t>(n) : LOG_LINE_MAX - 1;
+  const auto us = static_cast<std::uint64_t>(tod / 1000);
+  char* p = out;
+  p = put_decimal(p, r.thread);
+  *p++ = ',';
+  p = put_fixed(p, us / 3'600'000'000ULL, 2);
+  *p++ = ':';
+  p = put_fixed(p, us / 60'000'000ULL % 60, 2);
+  *p++ = ':';
+  p = put_fixed(p, us / 1'000'000ULL % 60, 2);
+  *p++ = '.';
+  p = put_fixed(p, us % 1'000'000ULL, 6);
+  *p++ = ',';
+  const std::string_view a = to_string(r.action);
+  std::memcpy(p, a.data(), a.size());
+  p += a.size();
+  *p++ = ',';
+  *p++ = '0';
+  *p++ = 'x';
+  {
+    static constexpr char hex[] = "0123456789abcdef";
+    char tmp[16];
+    int n = 0;
+    std::uint64_t v = r.ptr;
+    do {
+      tmp[n++] = hex[v & 15];
+      v >>= 4;
+    } while (v != 0);
+    while (n > 0) *p++ = tmp[--n];
+  }
+  *p++ = ',';
+  p = put_decimal(p, r.bytes);
+  *p++ = ',';
+  p = put_decimal(p, r.stream.value);
+  *p++ = ',';
+  p = put_decimal(p, r.tag.value);
+  *p++ = '\n';
+  return static_cast<std::size_t>(p - out);  // at most 20+16+17+18+20+10+10+6 < LOG_LINE_MAX
 }
 
 /// Parses an unsigned number, decimal or (with 0x) hexadecimal. False on anything else.
