@@ -32,7 +32,8 @@ namespace xlogrt {
 /// A moved-from AnyResource holds nothing: every call returns invalid_argument and
 /// bytes_outstanding() is 0.
 ///
-/// Thread-safe exactly as the held stack is (every shipped one is). Move-only.
+/// Thread-safe. (As the held stack is; every shipped one is.) Move-only; construction
+/// and moves happen-before use.
 class AnyResource {
  public:
   static constexpr bool supports_block_use_tracking = true;

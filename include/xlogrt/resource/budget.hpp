@@ -25,6 +25,7 @@ namespace xlogrt {
 inline constexpr std::uint32_t BUDGET_ORDINALS = 16;
 
 /// The budget of one ordinal: its limit and the bytes charged against it.
+/// Not thread-safe: a value, owned by one thread at a time.
 struct BudgetUsage {
   std::size_t limit = 0;   ///< SIZE_MAX when no limit was set
   std::size_t in_use = 0;  ///< charged by every Budget of the process on the ordinal
@@ -80,6 +81,7 @@ inline result<BudgetUsage> device_budget(std::uint32_t ordinal) noexcept {
                      slot->in_use.load(std::memory_order_relaxed)};
 }
 
+/// Not thread-safe: a value, owned by one thread at a time.
 struct BudgetOptions {
   /// When set, the constructor calls set_device_budget(ordinal, *limit_bytes): the limit
   /// belongs to the ordinal, not to this stack, and the last one set wins. Leave it unset
@@ -127,8 +129,8 @@ struct BudgetOptions {
 ///   pair makes the queued free (the upstream's own bookkeeping of it) happen-before the
 ///   reap that the reaping thread then runs, so that reap is sure to see it.
 ///
-/// Thread-safe; lock-free (the budget itself; the upstream keeps its own guarantees).
-/// Construction and moves happen-before use.
+/// Thread-safe; lock-free. (The budget's own bookkeeping; the upstream keeps its own
+/// guarantees.) Construction and moves happen-before use.
 template <DeviceMemoryResource Upstream>
 class Budget : public detail::DriverTypeOf<Upstream> {
  public:

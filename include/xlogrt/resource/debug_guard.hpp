@@ -36,6 +36,7 @@ concept GuardableResource =
       { d.stream_synchronize(s) } -> std::same_as<result<void>>;
     };
 
+/// Not thread-safe: a value, owned by one thread at a time.
 struct DebugGuardOptions {
   std::size_t guard_bytes = 256;  ///< before and after every block (0: no guards, poison only)
   std::uint8_t pattern = 0xA5;    ///< what the guards are filled with

@@ -28,6 +28,7 @@ inline constexpr const char* ENV_BUDGET_BYTES = "XLOGRT_BUDGET_BYTES";
 inline constexpr const char* ENV_LOG_FILE = "XLOGRT_LOG_FILE";
 
 /// What the environment asks of the default stack.
+/// Not thread-safe: a value, owned by one thread at a time.
 struct EnvConfig {
   std::optional<std::size_t> budget_bytes;  ///< unset: no budget
   std::optional<std::string> log_file;      ///< unset: no logging

@@ -61,8 +61,8 @@ struct NullSink {
 /// flushed as it is written, so a sink that is never destroyed loses at most its last
 /// milliseconds at exit. Destruction drains and closes.
 ///
-/// Thread-safe: write from any thread. Construction, moves and destruction happen-before
-/// / after use.
+/// Thread-safe. write() from any thread; construction and moves happen-before use,
+/// destruction after.
 class FileSink {
  public:
   static constexpr bool enabled = true;
@@ -100,7 +100,7 @@ class FileSink {
 /// Writes CSV to a caller's std::ostream (which must outlive the sink and not be written
 /// by anyone else meanwhile), through the same ring and writer thread as FileSink.
 ///
-/// Thread-safe: write from any thread.
+/// Thread-safe. write() from any thread.
 class OStreamSink {
  public:
   static constexpr bool enabled = true;
@@ -216,8 +216,8 @@ class RingSink {
 /// refuses the free (leaves the block with the caller), a `free failure` record follows. A sink never fails an operation:
 /// what it cannot write it counts (dropped()). With NullSink nothing is built at all.
 ///
-/// Thread-safe (as thread-safe as the sink, and every shipped sink is). Construction
-/// and moves happen-before use.
+/// Thread-safe. (As the sink is; every shipped sink is.) Construction and moves
+/// happen-before use.
 template <DeviceMemoryResource Upstream, LogSink Sink = FileSink>
 class Logging : public detail::DriverTypeOf<Upstream> {
  public:

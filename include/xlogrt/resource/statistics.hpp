@@ -22,6 +22,7 @@
 namespace xlogrt {
 
 /// The figures of one tag, or of all tags together, at one snapshot.
+/// Not thread-safe: a value, owned by one thread at a time.
 struct AllocationCounters {
   std::size_t current_bytes = 0;   ///< allocated and not yet deallocated
   std::size_t peak_bytes = 0;      ///< the largest current_bytes has been
@@ -35,6 +36,7 @@ struct AllocationCounters {
 };
 
 /// One snapshot: the total, and each tag that has seen an allocation or a failure.
+/// Not thread-safe: a value, owned by one thread at a time.
 struct StatisticsSnapshot {
   struct Tagged {
     AllocTag tag;
@@ -54,6 +56,7 @@ struct StatisticsSnapshot {
   }
 };
 
+/// Not thread-safe: a value, owned by one thread at a time.
 struct StatisticsOptions {
   /// Tags 0 .. tag_slots-1 are counted one by one; larger tags share one `other` entry.
   /// Each slot is one cache line.

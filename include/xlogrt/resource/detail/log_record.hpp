@@ -51,6 +51,7 @@ constexpr std::string_view to_string(LogAction a) noexcept {
 }
 
 /// One allocate, failed allocate or free.
+/// Not thread-safe: a value, owned by one thread at a time.
 struct LogRecord {
   std::uint64_t thread = 0;  ///< OS thread id
   /// Nanoseconds since the Unix epoch (system_clock) when logged; nanoseconds since local

@@ -39,6 +39,7 @@
 namespace xlogrt {
 
 /// How FileSink and OStreamSink buffer records on their way to the writer thread.
+/// Not thread-safe: a value, owned by one thread at a time.
 struct LogSinkOptions {
   /// Records the ring holds (rounded up to a power of two, at least 64).
   std::size_t capacity = std::size_t{1} << 14;
@@ -49,7 +50,7 @@ struct LogSinkOptions {
 
 namespace detail {
 
-/// Thread-safe; lock-free for producers (push); pop has a single consumer.
+/// Thread-safe; lock-free. try_push from any thread; try_pop from one consumer thread.
 template <class T>
 class MpscRing {
  public:
@@ -110,8 +111,8 @@ class MpscRing {
 /// Each batch is written and flushed, so a sink that is never destroyed (a leaked
 /// runtime's) loses at most the last batch at exit.
 ///
-/// Thread-safe: push from any thread; flush from any thread. Construction and
-/// destruction are not concurrent with use.
+/// Thread-safe. push and flush from any thread; construction and destruction are not
+/// concurrent with use.
 class LogWriter {
  public:
   /// Starts the writer thread after writing the header line. Errors: sink_failure.
