@@ -206,9 +206,9 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
     return up_.finish_block_use(id, use, a);
   }
 
-  decltype(auto) driver() const noexcept { return up_.driver(); }
-  auto stream_handle(StreamId s) const noexcept { return up_.stream_handle(s); }
-  result<void> make_current() const noexcept { return up_.make_current(); }
+  decltype(auto) driver() noexcept { return up_.driver(); }
+  auto stream_handle(StreamId s) noexcept { return up_.stream_handle(s); }
+  result<void> make_current() noexcept { return up_.make_current(); }
 
   Upstream& upstream() noexcept { return up_; }
   const Upstream& upstream() const noexcept { return up_; }
@@ -275,7 +275,7 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
     std::array<Shard, 16> shards_;
   };
 
-  result<typename Upstream::driver_type::stream_t> handle(StreamId s) const noexcept {
+  result<typename Upstream::driver_type::stream_t> handle(StreamId s) noexcept {
     if (auto r = up_.make_current(); !r) return std::move(r).error();
     return up_.stream_handle(s);
   }

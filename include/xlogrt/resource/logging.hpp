@@ -288,17 +288,17 @@ class Logging : public detail::DriverTypeOf<Upstream> {
     return up_.finish_block_use(id, use, a);
   }
 
-  decltype(auto) driver() const noexcept
+  decltype(auto) driver() noexcept
     requires DriverResource<Upstream>
   {
     return up_.driver();
   }
-  auto stream_handle(StreamId s) const noexcept
+  auto stream_handle(StreamId s) noexcept
     requires DriverResource<Upstream>
   {
     return up_.stream_handle(s);
   }
-  result<void> make_current() const noexcept
+  result<void> make_current() noexcept
     requires DriverResource<Upstream>
   {
     return up_.make_current();
