@@ -199,7 +199,9 @@ TEST_CASE("8 threads logging to a stream: the CSV parses back with every record"
   constexpr int THREADS = 8, ROUNDS = 2000;
   std::ostringstream out;
   {
-    auto sink = OStreamSink::open(out, LogSinkOptions{.capacity = 256});  // small: the ring wraps
+    // A small ring that wraps many times; producers wait for room rather than drop (a slow
+    // sanitizer build must not turn into drops).
+    auto sink = OStreamSink::open(out, LogSinkOptions{.capacity = 256, .max_wait = std::chrono::seconds(60)});
     REQUIRE(sink.has_value());
     Logging<ReusingUpstream, OStreamSink> log{ReusingUpstream{}, std::move(*sink)};
     CHECK(hammer(log, THREADS, ROUNDS) == 0);
