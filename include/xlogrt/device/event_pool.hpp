@@ -37,8 +37,8 @@ class EventPool {
     }
   }
 
-  /// A pooled event. Errors: the driver's, when a new event cannot be created.
-  /// @pre the device's context is current on the calling thread.
+  /// A pooled event. Errors: the driver's, when a new event cannot be created (the
+  /// device's context is made current first, only then).
   result<event_t> acquire() noexcept {
     Shard& s = shard();
     {
@@ -49,6 +49,7 @@ class EventPool {
         return e;
       }
     }
+    if (auto r = device_->make_current(); !r) return std::move(r).error();
     return device_->driver().event_create();
   }
 

@@ -19,7 +19,6 @@
 #include "xlogrt/resource/block_tracker.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/detail/request.hpp"
-#include "xlogrt/resource/detail/striped_counter.hpp"
 
 namespace xlogrt {
 
@@ -37,9 +36,10 @@ struct AsyncCudaOptions {
 /// handed to someone else) while another stream still uses it.
 ///
 /// Accounting: bytes_outstanding() counts a block from allocate until reap_pending() has
-/// seen its queued free complete. deallocate adds the bytes to its stream's pending
-/// count; reap_pending reads each stream's count, synchronises the stream, and retires
-/// exactly what it read (a free queued after the read stays pending).
+/// seen its queued free complete: the block table's live bytes plus each stream's
+/// pending count. deallocate adds the bytes to its stream's pending count; reap_pending
+/// reads each stream's count, synchronises the stream, and retires exactly what it read
+/// (a free queued after the read stays pending).
 ///
 /// Tracking, per block (state kept in the block table, under the block's shard lock):
 /// - the last write: the allocation itself on the alloc stream A at first, then the
@@ -54,8 +54,15 @@ struct AsyncCudaOptions {
 /// makes A wait for every use on another stream, then queues the free on A.
 /// Events come from the resource's EventPool and are re-recorded in place.
 ///
+/// Contexts: every driver call on the hot paths (allocate, deallocate, prepare, finish)
+/// names its stream, pool or event, which carry their context, so these paths do not
+/// make the device's context current (that would cost a cuCtxGetCurrent per call); the
+/// calls that need a current context (creating an event when the pool is empty, the
+/// pool's attributes) make it current first. test/resource/test_conformance_gpu.cpp
+/// checks this on a real GPU from a thread that has no current context at all.
+///
 /// Thread-safe. Calls on different blocks take different shard locks; the pending
-/// counters are per stream and the outstanding counter is striped. Move-only; a
+/// counters are per stream and the live-byte counts per shard. Move-only; a
 /// moved-from AsyncCuda may only be destroyed.
 template <Driver D>
 class AsyncCuda {
@@ -87,7 +94,6 @@ class AsyncCuda {
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
     auto s = detail::check_request(*streams_, bytes, stream);
     if (!s) return std::move(s).error();
-    if (auto r = make_current(); !r) return std::move(r).error();
     auto& drv = driver();
     auto ptr = drv.mem_alloc_async(bytes, streams_->device()->mempool(), *s);
     if (!ptr) return std::move(ptr).error();
@@ -96,7 +102,6 @@ class AsyncCuda {
       (void)drv.mem_free_async(*ptr, *s);
       return std::move(id).error();
     }
-    state_->outstanding.add(static_cast<std::int64_t>(bytes));
     return DeviceBlock{*ptr, bytes, stream, device_ordinal(), tag, *id};
   }
 
@@ -104,23 +109,27 @@ class AsyncCuda {
   /// streams. On error the block is left with the caller, untouched, and still live.
   result<void> deallocate(DeviceBlock&& b) noexcept {
     if (auto r = detail::check_block(b, device_ordinal()); !r) return r;
-    if (auto r = make_current(); !r) return r;
     auto a = streams_->get(b.alloc_stream());
     if (!a) return std::move(a).error();
     auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) -> result<void> {
       if (auto w = t.for_each_other([&](Use& u) { return wait_for(*a, u); }); !w) return w;
       if (auto f = driver().mem_free_async(b.ptr(), *a); !f) return f;
       t.release_events(state_->events);
+      // Counted pending before the table stops counting it live: a concurrent
+      // bytes_outstanding() may count it twice for a moment, never miss it.
+      state_->pending[b.alloc_stream().value].bytes.fetch_add(b.bytes(), std::memory_order_release);
       return ok();
     });
     if (!r) return r;
-    state_->pending[b.alloc_stream().value].bytes.fetch_add(b.bytes(), std::memory_order_release);
     DeviceBlock gone = std::move(b);
     return ok();
   }
 
   std::size_t bytes_outstanding() const noexcept {
-    return static_cast<std::size_t>(state_->outstanding.value());
+    std::size_t sum = state_->table.live_bytes();
+    const std::size_t n = streams_->size();
+    for (std::size_t i = 0; i < n; ++i) sum += state_->pending[i].bytes.load(std::memory_order_relaxed);
+    return sum;
   }
 
   /// Waits for every free queued so far and retires its bytes.
@@ -135,7 +144,6 @@ class AsyncCuda {
       if (!s) return std::move(s).error();
       if (auto r = driver().stream_synchronize(*s); !r) return r;
       p.fetch_sub(seen, std::memory_order_relaxed);
-      state_->outstanding.add(-static_cast<std::int64_t>(seen));
     }
     return ok();
   }
@@ -155,7 +163,6 @@ class AsyncCuda {
   result<void> prepare_block_use(BlockId id, StreamId use, Access access) noexcept {
     auto s = streams_->get(use);
     if (!s) return std::move(s).error();
-    if (auto r = make_current(); !r) return r;
     auto r = state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
       if (t.write.stream != use && !t.write_waited(use)) {
         if (auto w = wait_for(*s, t.write); !w) return w;
@@ -239,16 +246,15 @@ class AsyncCuda {
     std::atomic<std::uint64_t> bytes{0};
   };
   struct State {
-    State(std::uint32_t owner, std::shared_ptr<Device<D>> dev) : table(owner), events(std::move(dev)) {}
+    explicit State(std::shared_ptr<Device<D>> dev) : events(std::move(dev)) {}
     BlockTable<Track> table;
     EventPool<D> events;
-    detail::StripedCounter outstanding;
     std::array<Pending, StreamPool<D>::MAX_STREAMS> pending{};
   };
 
   explicit AsyncCuda(std::shared_ptr<StreamPool<D>> streams)
       : streams_(std::move(streams)),
-        state_(std::make_unique<State>(detail::next_owner_serial(), streams_->device())) {}
+        state_(std::make_unique<State>(streams_->device())) {}
 
   /// Records `u`'s event on its stream now (a lazy use on the alloc stream).
   result<void> resolve(Use& u) noexcept {
@@ -281,7 +287,6 @@ class AsyncCuda {
 
   result<void> finish(BlockId id, StreamId use, Access access, const DeviceBlock* block) noexcept {
     if (!streams_->contains(use)) return streams_->unknown(use);
-    if (auto r = make_current(); !r) return r;
     auto r = state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
       if (writes(access)) {
         const bool same = t.write.stream == use;

@@ -9,7 +9,8 @@
 // device's memory; AsyncCuda keeps each block's cross-stream dependency state in its
 // entry.
 //
-// Layout: SHARDS shards, each with its own mutex, slot storage and free list. A BlockId's
+// Layout: SHARDS shards, each with its own spin lock (held for a few dozen
+// instructions and the driver calls of one block's tracking), slot storage and free list. A BlockId's
 // index is `local << SHARD_BITS | shard`. Inserting picks the shard from the calling
 // thread, so threads allocating at once land on different locks; every other operation
 // locks only the shard of the block it names. Slots live in fixed-size chunks that are
@@ -17,10 +18,11 @@
 // block never matches a newer block in the same slot.
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
+#include <mutex>  // std::lock_guard, std::unique_lock
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +30,7 @@
 #include "xlogrt/core/block.hpp"
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
+#include "xlogrt/resource/detail/spin_lock.hpp"
 
 namespace xlogrt {
 
@@ -44,11 +47,22 @@ class BlockTable {
   static constexpr unsigned SHARD_BITS = 4;
   static constexpr std::uint32_t SHARDS = 1u << SHARD_BITS;
 
-  explicit BlockTable(std::uint32_t owner) noexcept : owner_(owner) {}
+  /// A table whose ids name a new process-unique owner (so a block handed to a resource
+  /// that did not make it is recognised as foreign).
+  BlockTable() noexcept : owner_(next_owner()) {}
   BlockTable(const BlockTable&) = delete;
   BlockTable& operator=(const BlockTable&) = delete;
 
   std::uint32_t owner() const noexcept { return owner_; }
+
+  /// Bytes of the live blocks. Each shard's count changes under its lock (a plain
+  /// load and store, no read-modify-write on the hot path); the sum is exact once the
+  /// writers have finished, a moment's view while they run.
+  std::size_t live_bytes() const noexcept {
+    std::size_t sum = 0;
+    for (const Shard& s : shards_) sum += s.live_bytes.load(std::memory_order_relaxed);
+    return sum;
+  }
 
   /// Stores `e` (for a block of `ptr` and `bytes`) and returns its new id.
   result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Entry e) noexcept {
@@ -76,6 +90,7 @@ class BlockTable {
     slot.ptr = ptr;
     slot.bytes = bytes;
     slot.entry = std::move(e);
+    s.add_live(static_cast<std::int64_t>(bytes));
     return BlockId{owner_, (local << SHARD_BITS) | sh, slot.generation};
   }
 
@@ -88,7 +103,7 @@ class BlockTable {
     using R = std::invoke_result_t<F, Entry&>;
     Shard* s;
     Slot* slot;
-    std::unique_lock<std::mutex> lock;
+    std::unique_lock<detail::SpinLock> lock;
     if (auto e = find(id, why, block, s, slot, lock); e) return std::move(*e);
     if constexpr (std::is_void_v<R>) {
       f(slot->entry);
@@ -104,10 +119,11 @@ class BlockTable {
   result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
     Shard* s;
     Slot* slot;
-    std::unique_lock<std::mutex> lock;
+    std::unique_lock<detail::SpinLock> lock;
     if (auto e = find(id, Lookup::free, block, s, slot, lock); e) return std::move(*e);
     if (auto r = f(slot->entry); !r) return r;
     slot->live = false;
+    s->add_live(-static_cast<std::int64_t>(slot->bytes));
     slot->entry = Entry{};
     ++slot->generation;
     s->free.push_back(id.index >> SHARD_BITS);  // capacity reserved when the slot was made
@@ -138,15 +154,25 @@ class BlockTable {
     bool live = false;
   };
   struct alignas(64) Shard {
-    mutable std::mutex mu;
+    mutable detail::SpinLock mu;
     std::vector<std::unique_ptr<Slot[]>> chunks;
     std::vector<std::uint32_t> free;
     std::uint32_t used = 0;
+    std::atomic<std::size_t> live_bytes{0};  // written under `mu` only
+    void add_live(std::int64_t d) noexcept {
+      live_bytes.store(live_bytes.load(std::memory_order_relaxed) + static_cast<std::size_t>(d),
+                       std::memory_order_relaxed);
+    }
     Slot& at(std::uint32_t local) noexcept { return chunks[local >> CHUNK_BITS][local & (CHUNK - 1)]; }
     const Slot& at(std::uint32_t local) const noexcept {
       return chunks[local >> CHUNK_BITS][local & (CHUNK - 1)];
     }
   };
+
+  static std::uint32_t next_owner() noexcept {
+    static std::atomic<std::uint32_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+  }
 
   static std::uint32_t home_shard() noexcept {
     static thread_local const std::uint32_t mine = static_cast<std::uint32_t>(
@@ -155,7 +181,7 @@ class BlockTable {
   }
 
   std::optional<error> find(BlockId id, Lookup why, const DeviceBlock* block, Shard*& s,
-                            Slot*& slot, std::unique_lock<std::mutex>& lock) noexcept {
+                            Slot*& slot, std::unique_lock<detail::SpinLock>& lock) noexcept {
     if (id.owner != owner_) {
       return error{errc::foreign_block, "block " + id.to_string() +
                                             " was not allocated by this resource (owner " +

@@ -12,7 +12,6 @@
 #include "xlogrt/resource/block_tracker.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/detail/request.hpp"
-#include "xlogrt/resource/detail/striped_counter.hpp"
 
 namespace xlogrt {
 
@@ -32,7 +31,7 @@ class DirectCuda {
 
   explicit DirectCuda(std::shared_ptr<StreamPool<D>> streams) noexcept
       : streams_(std::move(streams)),
-        state_(std::make_unique<State>(detail::next_owner_serial())) {}
+        state_(std::make_unique<State>()) {}
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
     auto s = detail::check_request(*streams_, bytes, stream);
@@ -46,7 +45,6 @@ class DirectCuda {
       (void)drv.mem_free(*ptr);
       return std::move(id).error();
     }
-    state_->outstanding.add(static_cast<std::int64_t>(bytes));
     return DeviceBlock{*ptr, bytes, stream, device_ordinal(), tag, *id};
   }
 
@@ -56,13 +54,12 @@ class DirectCuda {
     if (auto r = make_current(); !r) return r;
     auto r = state_->table.erase_if(b.id(), &b, [&](Empty&) { return driver().mem_free(b.ptr()); });
     if (!r) return r;
-    state_->outstanding.add(-static_cast<std::int64_t>(b.bytes()));
     DeviceBlock gone = std::move(b);
     return ok();
   }
 
   std::size_t bytes_outstanding() const noexcept {
-    return static_cast<std::size_t>(state_->outstanding.value());
+    return state_->table.live_bytes();
   }
   result<void> reap_pending() noexcept { return ok(); }
   std::uint32_t device_ordinal() const noexcept { return streams_->device()->ordinal(); }
@@ -75,9 +72,7 @@ class DirectCuda {
  private:
   struct Empty {};
   struct State {
-    explicit State(std::uint32_t owner) : table(owner) {}
     BlockTable<Empty> table;
-    detail::StripedCounter outstanding;
   };
   std::shared_ptr<StreamPool<D>> streams_;
   std::unique_ptr<State> state_;

@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: Apache-2.0
+// The cost of one allocate + deallocate pair: raw cuMemAlloc/cuMemFree, DirectCuda, raw
+// cuMemAllocFromPoolAsync/cuMemFreeAsync (pool release threshold at max), AsyncCuda and
+// DeviceRuntime<AsyncCuda>, for 256 B, 64 KiB, 1 MiB and 64 MiB; then 1..16 threads, each
+// on its own stream, aggregate pairs per second. Every variant of a table is measured in
+// the same rounds, interleaved, so drift hits them alike.
+//
+// On a machine without a GPU it runs on SimDriver and says so: those figures measure the
+// simulator, not a GPU.
+//
+// usage: alloc_pair [rounds=300] [pairs-per-sample=32]
+
+#include <xlogrt/runtime.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_util.hpp"
+
+using namespace xlogrt;
+using namespace xlogrt::bench;
+
+namespace {
+
+/// The raw driver calls of a driver: libcuda's own entry points for CudaDriver, the
+/// driver's members otherwise.
+template <class D>
+struct Raw {
+  D& d;
+  std::uint64_t alloc(std::size_t n) { return *d.mem_alloc(n); }
+  void free(std::uint64_t p) { (void)d.mem_free(p); }
+  std::uint64_t alloc_async(std::size_t n, typename D::mempool_t pool, typename D::stream_t s) {
+    return *d.mem_alloc_async(n, pool, s);
+  }
+  void free_async(std::uint64_t p, typename D::stream_t s) { (void)d.mem_free_async(p, s); }
+};
+template <>
+struct Raw<CudaDriver> {
+  CudaDriver& d;
+  std::uint64_t alloc(std::size_t n) {
+    CUdeviceptr p = 0;
+    d.api().cuMemAlloc_(&p, n);
+    return p;
+  }
+  void free(std::uint64_t p) { d.api().cuMemFree_(p); }
+  std::uint64_t alloc_async(std::size_t n, CUmemoryPool pool, CUstream s) {
+    CUdeviceptr p = 0;
+    d.api().cuMemAllocFromPoolAsync_(&p, n, pool, s);
+    return p;
+  }
+  void free_async(std::uint64_t p, CUstream s) { d.api().cuMemFreeAsync_(p, s); }
+};
+
+struct Variant {
+  std::string name;
+  int baseline;  // index of the variant it is compared with (itself for a baseline)
+  std::function<void(std::size_t bytes, int pairs)> run;  // `pairs` timed pairs
+  std::function<void()> settle;                             // untimed, after each sample
+  std::vector<double> ns;
+};
+
+template <class D>
+int run_bench(D& drv, const char* where, int rounds, int pairs) {
+  auto dev = Device<D>::open(drv, 0);
+  if (!dev) return std::printf("open: %s\n", dev.error().what().c_str()), 1;
+  auto streams = StreamPool<D>::create(*dev, 16);
+  if (!streams) return std::printf("streams: %s\n", streams.error().what().c_str()), 1;
+  auto async = AsyncCuda<D>::create(*streams);  // sets the release threshold to max
+  if (!async) return std::printf("AsyncCuda: %s\n", async.error().what().c_str()), 1;
+  DirectCuda<D> direct(*streams);
+  auto rt_stack = AsyncCuda<D>::create(*streams);
+  DeviceRuntime<AsyncCuda<D>> rt(*streams, std::move(*rt_stack));
+  Raw<D> raw{drv};
+  auto s0 = *(*streams)->get(StreamId{0});
+  auto pool = (*dev)->mempool();
+  (void)(*dev)->make_current();
+
+  std::printf("# allocate+deallocate pair cost on %s (%s)\n# %s; %d rounds x %d pairs per sample\n\n",
+              where, (*dev)->info().name.c_str(), machine_line().c_str(), rounds, pairs);
+
+  for (std::size_t bytes : {std::size_t{256}, std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{64} << 20}) {
+    std::vector<Variant> vs;
+    vs.push_back({"raw cuMemAlloc/cuMemFree", 0,
+                  [&](std::size_t n, int k) { for (int i = 0; i < k; ++i) raw.free(raw.alloc(n)); }, [] {}, {}});
+    vs.push_back({"DirectCuda", 0,
+                  [&](std::size_t n, int k) {
+                    for (int i = 0; i < k; ++i) (void)direct.deallocate(std::move(*direct.allocate(n, StreamId{0}, AllocTag{})));
+                  },
+                  [] {}, {}});
+    vs.push_back({"raw cuMemAllocFromPoolAsync/cuMemFreeAsync", 2,
+                  [&](std::size_t n, int k) { for (int i = 0; i < k; ++i) raw.free_async(raw.alloc_async(n, pool, s0), s0); },
+                  [&] { (void)drv.stream_synchronize(s0); }, {}});
+    vs.push_back({"AsyncCuda", 2,
+                  [&](std::size_t n, int k) {
+                    for (int i = 0; i < k; ++i) (void)async->deallocate(std::move(*async->allocate(n, StreamId{0}, AllocTag{})));
+                  },
+                  [&] { (void)async->reap_pending(); }, {}});
+    vs.push_back({"DeviceRuntime<AsyncCuda>", 2,
+                  [&](std::size_t n, int k) {
+                    for (int i = 0; i < k; ++i) (void)rt.deallocate(std::move(*rt.allocate(n, StreamId{0})));
+                  },
+                  [&] { (void)rt.reap_pending(); }, {}});
+    for (auto& v : vs) {  // warm-up: pools grown, events reserved, code paged in
+      v.run(bytes, pairs);
+      v.settle();
+    }
+    for (int r = 0; r < rounds; ++r) {
+      for (auto& v : vs) {
+        const double t0 = now_ns();
+        v.run(bytes, pairs);
+        const double t1 = now_ns();
+        v.ns.push_back((t1 - t0) / pairs);
+        v.settle();
+      }
+    }
+    std::printf("## %zu bytes\n\n| variant | median ns/pair | p99 ns/pair | ratio to raw (median) |\n|---|---|---|---|\n", bytes);
+    std::vector<Summary> sums;
+    for (auto& v : vs) sums.push_back(summarize(v.ns));
+    for (std::size_t i = 0; i < vs.size(); ++i) {
+      std::printf("| %s | %.0f | %.0f | %.3f |\n", vs[i].name.c_str(), sums[i].median, sums[i].p99,
+                  sums[i].median / sums[static_cast<std::size_t>(vs[i].baseline)].median);
+    }
+    std::printf("\n");
+  }
+
+  // Scaling: T threads, each allocating and freeing 64 KiB on its own stream.
+  std::printf("## threads, each on its own stream, 64 KiB pairs: aggregate pairs per second\n\n"
+              "| threads | raw async pairs/s | AsyncCuda pairs/s | ratio |\n|---|---|---|---|\n");
+  for (int threads : {1, 2, 4, 8, 16}) {
+    double rate[2] = {0, 0};
+    for (int which = 0; which < 2; ++which) {
+      std::atomic<bool> go{false};
+      std::atomic<long> done{0};
+      const int per_thread = std::max(2000, rounds * pairs / 4);
+      std::vector<std::thread> ts;
+      for (int t = 0; t < threads; ++t) {
+        ts.emplace_back([&, t] {
+          (void)(*dev)->make_current();
+          const StreamId sid{static_cast<std::uint32_t>(t)};
+          auto s = *(*streams)->get(sid);
+          while (!go.load()) std::this_thread::yield();
+          for (int i = 0; i < per_thread; ++i) {
+            if (which == 0) {
+              raw.free_async(raw.alloc_async(64 << 10, pool, s), s);
+            } else {
+              (void)async->deallocate(std::move(*async->allocate(64 << 10, sid, AllocTag{})));
+            }
+          }
+          done += per_thread;
+        });
+      }
+      const double t0 = now_ns();
+      go = true;
+      for (auto& th : ts) th.join();
+      const double t1 = now_ns();
+      rate[which] = static_cast<double>(done.load()) / ((t1 - t0) * 1e-9);
+      for (int t = 0; t < threads; ++t) (void)drv.stream_synchronize(*(*streams)->get(StreamId{static_cast<std::uint32_t>(t)}));
+      (void)async->reap_pending();
+    }
+    std::printf("| %d | %.0f | %.0f | %.3f |\n", threads, rate[0], rate[1], rate[1] / rate[0]);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 300;
+  const int pairs = argc > 2 ? std::atoi(argv[2]) : 32;
+  if (auto cuda = CudaDriver::open()) return run_bench(**cuda, "the GPU (CudaDriver)", rounds, pairs);
+  else std::printf("no GPU here (%s): measuring SimDriver, figures are the simulator's\n", cuda.error().what().c_str());
+  auto sim = SimDriver::open();
+  if (!sim) return std::printf("SimDriver: %s\n", sim.error().what().c_str()), 1;
+  return run_bench(**sim, "SimDriver", rounds, pairs);
+}

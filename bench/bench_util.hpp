@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Small helpers shared by the benchmarks: timing, percentiles and the table header.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace xlogrt::bench {
+
+inline double now_ns() {
+  return static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+/// The q-quantile (0..1) of `v` (sorted in place).
+inline double quantile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+struct Summary {
+  double median = 0;
+  double p99 = 0;
+};
+inline Summary summarize(std::vector<double> v) { return {quantile(v, 0.5), quantile(v, 0.99)}; }
+
+inline const char* build_type() {
+#if defined(__OPTIMIZE__) && defined(NDEBUG)
+  return "optimised, NDEBUG";
+#elif defined(__OPTIMIZE__)
+  return "optimised, assertions on";
+#else
+  return "unoptimised (debug)";
+#endif
+}
+
+/// "16 host cores, g++ 12.2, optimised": the machine and build line of every table.
+inline std::string machine_line() {
+  std::string s = std::to_string(std::thread::hardware_concurrency()) + " host cores, ";
+#if defined(__clang__)
+  s += "clang " __clang_version__;
+#elif defined(__GNUC__)
+  s += "g++ " + std::to_string(__GNUC__) + "." + std::to_string(__GNUC_MINOR__);
+#endif
+  s += ", ";
+  s += build_type();
+  return s;
+}
+
+}  // namespace xlogrt::bench

@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+// The conformance suite and the runtime's contract on the real driver. Exits 77 (Meson's
+// SKIP) when the machine has no CUDA driver or no device; never passes without running.
+
+#define CATCH_CONFIG_RUNNER
+#include "conformance.hpp"
+#include "stacks.hpp"
+
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <xlogrt/runtime.hpp>
+
+using namespace xlogrt;
+using namespace xlogrt::testing;
+
+namespace {
+CudaDriver* gpu = nullptr;
+}
+
+using GpuStacks = std::tuple<AsyncStack<CudaDriver>, DirectStack<CudaDriver>, DefaultStackFactory<CudaDriver>>;
+
+TEMPLATE_LIST_TEST_CASE("resource conformance on CudaDriver", "[gpu][conformance]", GpuStacks) {
+  conformance_suite<TestType>(*gpu);
+}
+
+TEST_CASE("the runtime singleton on the GPU", "[gpu][runtime]") {
+  using Rt = DeviceRuntime<DefaultStack>;
+  auto a = Rt::try_get(0);
+  REQUIRE(a.has_value());
+  CHECK(*Rt::try_get(0) == *a);
+  const auto before = (*a)->bytes_outstanding();
+  auto block = (*a)->allocate(2048, StreamId::DEFAULT, AllocTag::UNTAGGED);
+  REQUIRE(block.has_value());
+  CHECK((*a)->bytes_outstanding() == before + 2048);
+  REQUIRE((*a)->deallocate(std::move(*block)).has_value());
+  REQUIRE((*a)->reap_pending().has_value());
+  CHECK((*a)->bytes_outstanding() == before);
+  auto out = Rt::try_get(Rt::MAX_DEVICE_ORDINALS);
+  REQUIRE_FALSE(out);
+  CHECK(out.error().code() == errc::invalid_ordinal);
+
+  auto pool = StreamPool<CudaDriver>::create((*a)->device(), 2);
+  REQUIRE(pool.has_value());
+  auto stack = AsyncCuda<CudaDriver>::create(*pool);
+  REQUIRE(stack.has_value());
+  DeviceRuntime<AsyncCuda<CudaDriver>> owned(*pool, std::move(*stack));
+  CHECK(static_cast<void*>(&owned) != static_cast<void*>(*a));
+  auto b = owned.allocate(1024);
+  REQUIRE(b.has_value());
+  REQUIRE(owned.deallocate(std::move(*b)).has_value());
+  REQUIRE(owned.reap_pending().has_value());
+  CHECK(owned.bytes_outstanding() == 0);
+}
+
+TEST_CASE("AsyncCuda's hot paths work from a thread with no current context", "[gpu][context]") {
+  auto dev = Device<CudaDriver>::open(*gpu, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<CudaDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  auto stack = AsyncCuda<CudaDriver>::create(*pool);
+  REQUIRE(stack.has_value());
+  bool no_context = false, ok = false;
+  std::string why;
+  std::thread fresh([&] {
+    CUcontext c = nullptr;
+    no_context = gpu->api().cuCtxGetCurrent_(&c) == CUDA_SUCCESS && c == nullptr;
+    auto b = stack->allocate(1 << 20, StreamId{0}, AllocTag::UNTAGGED);
+    if (!b) return void(why = b.error().what());
+    for (auto r : {stack->prepare_block_use(b->id(), StreamId{1}, Access::Write),
+                   stack->finish_block_use(b->id(), StreamId{1}, Access::Write),
+                   stack->prepare_block_use(b->id(), StreamId{0}, Access::Read),
+                   stack->finish_block_use(b->id(), StreamId{0}, Access::Read),
+                   stack->deallocate(std::move(*b))}) {
+      if (!r) return void(why = r.error().what());
+    }
+    ok = true;
+  });
+  fresh.join();
+  CHECK(no_context);
+  INFO(why);
+  CHECK(ok);
+  REQUIRE(stack->reap_pending().has_value());
+  CHECK(stack->bytes_outstanding() == 0);
+}
+
+int main(int argc, char** argv) {
+  auto d = CudaDriver::open();
+  if (!d) {
+    std::printf("SKIP: %s\n", d.error().what().c_str());
+    return 77;
+  }
+  auto n = (*d)->device_count();
+  if (!n || *n == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  gpu = *d;
+  return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
+#include <xlogrt/runtime.hpp>
+
+void* xlogrt_two_lib_a() { return *xlogrt::DeviceRuntime<xlogrt::AsyncCuda<xlogrt::SimDriver>>::try_get(0); }
