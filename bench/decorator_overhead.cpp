@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the decorators cost per allocate + deallocate pair: the stack
+// Budget<Statistics<Logging<AsyncCuda<D>>>> logging to the null sink and to a file,
+// against bare AsyncCuda<D>, side by side, with 1 and with 8 threads (each on its own
+// stream). Every variant is measured in the same rounds, interleaved, so drift hits them
+// alike; the budget is unlimited (its charge and credit still run).
+//
+// On a machine without a GPU it runs on SimDriver and says so: those figures measure the
+// decorators over the simulator, whose own pair costs several microseconds.
+//
+// usage: decorator_overhead [rounds=200] [pairs-per-sample=64] [bytes=65536]
+
+#include <xlogrt/driver/cuda_driver.hpp>
+#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/resource/async_cuda.hpp>
+#include <xlogrt/resource/budget.hpp>
+#include <xlogrt/resource/logging.hpp>
+#include <xlogrt/resource/statistics.hpp>
+
+#include <atomic>
+#include <barrier>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "bench_util.hpp"
+
+using namespace xlogrt;
+using namespace xlogrt::bench;
+
+namespace {
+
+template <class D, class Sink>
+using Full = Budget<Statistics<Logging<AsyncCuda<D>, Sink>>>;
+
+/// An upstream that does nothing but hand out distinct blocks: under the same decorators
+/// it shows their own cost, free of the driver's (and of the simulator's noise).
+class NoopResource {
+ public:
+  static constexpr bool supports_block_use_tracking = false;
+  result<DeviceBlock> allocate(std::size_t bytes, StreamId s, AllocTag t) noexcept {
+    const auto i = next_->fetch_add(1, std::memory_order_relaxed);
+    return DeviceBlock{0x100000 + i * 256, bytes, s, 0, t, BlockId{7, static_cast<std::uint32_t>(i), 0}};
+  }
+  result<void> deallocate(DeviceBlock&& b) noexcept {
+    DeviceBlock gone = std::move(b);
+    return ok();
+  }
+  std::size_t bytes_outstanding() const noexcept { return 0; }
+  result<void> reap_pending() noexcept { return ok(); }
+  std::uint32_t device_ordinal() const noexcept { return 15; }
+
+ private:
+  std::unique_ptr<std::atomic<std::uint64_t>> next_ = std::make_unique<std::atomic<std::uint64_t>>(0);
+};
+
+struct Variant {
+  std::string name;
+  std::function<bool(std::size_t bytes, StreamId s, int pairs)> run;  // false on an error
+  std::function<void()> settle;                                          // untimed
+};
+
+std::string temp_log_path() {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir && *dir ? dir : "/tmp") + "/xlogrt_overhead_" + std::to_string(::getpid()) + ".csv";
+}
+
+template <class R>
+Variant make_variant(std::string name, R& r) {
+  return Variant{std::move(name),
+                 [&r](std::size_t n, StreamId s, int k) {
+                   for (int i = 0; i < k; ++i) {
+                     auto b = r.allocate(n, s, AllocTag{1});
+                     if (!b || !r.deallocate(std::move(*b))) return false;
+                   }
+                   return true;
+                 },
+                 [&r] { (void)r.reap_pending(); }};
+}
+
+/// Runs every variant `rounds` times with `threads` threads; returns per-pair ns samples
+/// (one per thread per round) for each variant.
+std::vector<std::vector<double>> measure(std::vector<Variant>& vs, int threads, int rounds, int pairs,
+                                         std::size_t bytes, const std::function<void()>& make_current) {
+  std::vector<std::vector<double>> ns(vs.size());
+  std::vector<std::vector<std::vector<double>>> per_thread(
+      static_cast<std::size_t>(threads), std::vector<std::vector<double>>(vs.size()));
+  std::barrier sync(threads + 1);
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      make_current();
+      const StreamId s{static_cast<std::uint32_t>(t)};
+      for (int r = -1; r < rounds; ++r) {  // round -1 warms up
+        for (std::size_t v = 0; v < vs.size(); ++v) {
+          sync.arrive_and_wait();
+          const double t0 = now_ns();
+          if (!vs[v].run(bytes, s, pairs)) failed = true;
+          const double t1 = now_ns();
+          if (r >= 0) per_thread[static_cast<std::size_t>(t)][v].push_back((t1 - t0) / pairs);
+          sync.arrive_and_wait();
+        }
+      }
+    });
+  }
+  for (int r = -1; r < rounds; ++r) {
+    for (auto& v : vs) {
+      sync.arrive_and_wait();  // start
+      sync.arrive_and_wait();  // all done
+      v.settle();
+    }
+  }
+  for (auto& th : ts) th.join();
+  if (failed) std::printf("(an allocation or free failed during the run: figures are suspect)\n");
+  for (auto& pt : per_thread) {
+    for (std::size_t v = 0; v < vs.size(); ++v) ns[v].insert(ns[v].end(), pt[v].begin(), pt[v].end());
+  }
+  return ns;
+}
+
+template <class D>
+int run_bench(D& drv, const char* where, int rounds, int pairs, std::size_t bytes) {
+  auto dev = Device<D>::open(drv, 0);
+  if (!dev) return std::printf("open: %s\n", dev.error().what().c_str()), 1;
+  auto streams = StreamPool<D>::create(*dev, 8);
+  if (!streams) return std::printf("streams: %s\n", streams.error().what().c_str()), 1;
+  auto a0 = AsyncCuda<D>::create(*streams);
+  auto a1 = AsyncCuda<D>::create(*streams);
+  auto a2 = AsyncCuda<D>::create(*streams);
+  if (!a0 || !a1 || !a2) return std::printf("AsyncCuda could not be created\n"), 1;
+  const std::string path = temp_log_path();
+  auto file = FileSink::open(path);
+  if (!file) return std::printf("log file: %s\n", file.error().what().c_str()), 1;
+
+  AsyncCuda<D>& bare = *a0;
+  Full<D, NullSink> null_stack{Statistics<Logging<AsyncCuda<D>, NullSink>>{
+      Logging<AsyncCuda<D>, NullSink>{std::move(*a1)}}};
+  Full<D, FileSink> file_stack{Statistics<Logging<AsyncCuda<D>, FileSink>>{
+      Logging<AsyncCuda<D>, FileSink>{std::move(*a2), std::move(*file)}}};
+
+  std::vector<Variant> vs;
+  vs.push_back(make_variant("AsyncCuda (baseline)", bare));
+  vs.push_back(make_variant("Budget<Statistics<Logging<AsyncCuda, NullSink>>>", null_stack));
+  vs.push_back(make_variant("Budget<Statistics<Logging<AsyncCuda, FileSink>>>", file_stack));
+  auto current = [&] { (void)(*dev)->make_current(); };
+  current();
+
+  std::printf("# decorator overhead per allocate+deallocate pair on %s (%s)\n"
+              "# %s; %zu-byte blocks; %d rounds x %d pairs per sample; unlimited budget; file log at %s\n\n",
+              where, (*dev)->info().name.c_str(), machine_line().c_str(), bytes, rounds, pairs, path.c_str());
+  for (int threads : {1, 8}) {
+    auto ns = measure(vs, threads, rounds, pairs, bytes, current);
+    std::printf("## %d thread%s (each on its own stream)\n\n"
+                "| variant | median ns/pair | p99 ns/pair | ratio to AsyncCuda (median) | ratio (p99) |\n"
+                "|---|---|---|---|---|\n",
+                threads, threads == 1 ? "" : "s");
+    std::vector<Summary> sums;
+    for (auto& v : ns) sums.push_back(summarize(v));
+    for (std::size_t i = 0; i < vs.size(); ++i) {
+      std::printf("| %s | %.0f | %.0f | %.3f | %.3f |\n", vs[i].name.c_str(), sums[i].median, sums[i].p99,
+                  sums[i].median / sums[0].median, sums[i].p99 / sums[0].p99);
+    }
+    std::printf("\n");
+  }
+  {
+    // The decorators alone.
+    NoopResource noop;
+    Budget<Statistics<Logging<NoopResource, NullSink>>> noop_null{
+        Statistics<Logging<NoopResource, NullSink>>{Logging<NoopResource, NullSink>{NoopResource{}}}};
+    auto f2 = FileSink::open(path + ".noop");
+    if (!f2) return std::printf("log file: %s\n", f2.error().what().c_str()), 1;
+    Budget<Statistics<Logging<NoopResource, FileSink>>> noop_file{
+        Statistics<Logging<NoopResource, FileSink>>{Logging<NoopResource, FileSink>{NoopResource{}, std::move(*f2)}}};
+    std::vector<Variant> nv;
+    nv.push_back(make_variant("no-op upstream (baseline)", noop));
+    nv.push_back(make_variant("Budget<Statistics<Logging<no-op, NullSink>>>", noop_null));
+    nv.push_back(make_variant("Budget<Statistics<Logging<no-op, FileSink>>>", noop_file));
+    for (int threads : {1, 8}) {
+      auto ns = measure(nv, threads, rounds, pairs * 16, bytes, current);
+      std::printf("## the decorators alone, over a no-op upstream, %d thread%s\n\n"
+                  "| variant | median ns/pair | p99 ns/pair | added ns/pair (median) |\n|---|---|---|---|\n",
+                  threads, threads == 1 ? "" : "s");
+      std::vector<Summary> sums;
+      for (auto& v : ns) sums.push_back(summarize(v));
+      for (std::size_t i = 0; i < nv.size(); ++i) {
+        std::printf("| %s | %.1f | %.1f | %.1f |\n", nv[i].name.c_str(), sums[i].median, sums[i].p99,
+                    sums[i].median - sums[0].median);
+      }
+      std::printf("\n");
+    }
+    (void)noop_file.upstream().upstream().flush();
+    std::printf("no-op file stack: %llu log records dropped\n\n",
+                static_cast<unsigned long long>(noop_file.upstream().upstream().dropped()));
+  }
+  std::remove((path + ".noop").c_str());
+  (void)file_stack.upstream().upstream().flush();
+  const auto snap = file_stack.upstream().snapshot();
+  std::printf("file stack: %llu pairs counted by Statistics, %llu log records dropped\n",
+              static_cast<unsigned long long>(snap.total.allocations),
+              static_cast<unsigned long long>(file_stack.upstream().upstream().dropped()));
+  std::remove(path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 200;
+  const int pairs = argc > 2 ? std::atoi(argv[2]) : 64;
+  const std::size_t bytes = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 65536;
+  if (rounds <= 0 || pairs <= 0 || bytes == 0) {
+    std::printf("usage: decorator_overhead [rounds>0] [pairs-per-sample>0] [bytes>0]\n");
+    return 2;
+  }
+  if (auto cuda = CudaDriver::open()) return run_bench(**cuda, "the GPU (CudaDriver)", rounds, pairs, bytes);
+  else std::printf("no GPU here (%s): measuring on SimDriver\n", cuda.error().what().c_str());
+  auto sim = SimDriver::open();
+  if (!sim) return std::printf("SimDriver: %s\n", sim.error().what().c_str()), 1;
+  return run_bench(**sim, "SimDriver (no GPU)", rounds, pairs, bytes);
+}
