@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+// The decorators on SimDriver-backed stacks: the resource conformance suite for every
+// decorated stack, DebugGuard catching a simulated kernel's out-of-bounds write, and
+// Budget exact over AsyncCuda under threads.
+
+#include "../resource/conformance.hpp"
+#include "decorated_stacks.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <span>
+#include <atomic>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <xlogrt/driver/sim_driver.hpp>
+
+using namespace xlogrt;
+using namespace xlogrt::testing;
+
+using DecoratedStacks =
+    std::tuple<BudgetAsync<SimDriver>, BudgetDirect<SimDriver>, StatisticsAsync<SimDriver>,
+               LoggingAsync<SimDriver>, DebugGuardAsync<SimDriver>, FullAsync<SimDriver>, AnyAsync<SimDriver>>;
+
+TEMPLATE_LIST_TEST_CASE("decorated stacks honour the resource contract on SimDriver", "[sim][conformance]",
+                        DecoratedStacks) {
+  SimDriver sim{SimConfig{}};
+  conformance_suite<TestType>(sim);
+}
+
+TEMPLATE_LIST_TEST_CASE("a driver failure below a decorator is returned and changes no accounting",
+                        "[sim][conformance]", DecoratedStacks) {
+  SimDriver sim{SimConfig{}};
+  Rig<TestType> rig(sim);
+  auto& r = *rig.stack;
+  const auto before = device_budget(0)->in_use;
+  REQUIRE(sim.fail_nth(TestType::alloc_call, 1, status::out_of_memory).has_value());
+  auto failed = r.allocate(4096, StreamId{1}, AllocTag::UNTAGGED);
+  REQUIRE_FALSE(failed);
+  CHECK(failed.error().code() == errc::out_of_memory);
+  CHECK(r.bytes_outstanding() == 0);
+  CHECK(device_budget(0)->in_use == before);
+
+  auto b = r.allocate(4096, StreamId{1}, AllocTag::UNTAGGED);
+  REQUIRE(b.has_value());
+  REQUIRE(sim.fail_nth(TestType::free_call, 1, status::unknown).has_value());
+  auto e = r.deallocate(std::move(*b));
+  REQUIRE_FALSE(e);
+  CHECK(e.error().code() == errc::driver_error);
+  CHECK_FALSE(b->empty());
+  REQUIRE(r.deallocate(std::move(*b)).has_value());
+  REQUIRE(r.reap_pending().has_value());
+  CHECK(r.bytes_outstanding() == 0);
+  CHECK(device_budget(0)->in_use == before);
+}
+
+TEST_CASE("AnyResource over DirectCuda refuses tracking with stream_misuse", "[sim][any_resource]") {
+  SimDriver sim{SimConfig{}};
+  Rig<AnyDirect<SimDriver>> rig(sim);
+  auto& any = *rig.stack;
+  CHECK_FALSE(any.tracks_block_uses());
+  auto b = any.allocate(256, StreamId{0}, AllocTag{});
+  REQUIRE(b.has_value());
+  auto e = any.record_block_use(*b, StreamId{1});
+  REQUIRE_FALSE(e);
+  CHECK(e.error().code() == errc::stream_misuse);
+  CHECK_THAT(e.error().message(), Catch::Contains("unsupported"));
+  REQUIRE(any.deallocate(std::move(*b)).has_value());
+}
+
+TEST_CASE("DebugGuard on SimDriver: a kernel writing past the end on another stream is caught",
+          "[sim][debug_guard]") {
+  SimDriver sim{SimConfig{}};
+  Rig<DebugGuardAsync<SimDriver>> rig(sim);
+  auto& g = *rig.stack;
+  auto s1 = rig.streams->get(StreamId{1});
+  REQUIRE(s1.has_value());
+
+  SECTION("an in-bounds kernel: the block is freed with no report and no hazard") {
+    auto b = g.allocate(1024, StreamId{0}, AllocTag{3});
+    REQUIRE(b.has_value());
+    REQUIRE(g.prepare_block_use(b->id(), StreamId{1}, Access::Write).has_value());
+    REQUIRE(sim.launch_kernel(*s1, {SimAccess{b->ptr(), 1024, Access::Write}},
+                              [](std::span<std::byte* const> p) { std::memset(p[0], 1, 1024); }).has_value());
+    REQUIRE(g.finish_block_use(b->id(), StreamId{1}, Access::Write).has_value());
+    REQUIRE(g.deallocate(std::move(*b)).has_value());
+  }
+  SECTION("one byte too many: guard_corrupted, and the block is still freed") {
+    auto b = g.allocate(1024, StreamId{0}, AllocTag{3});
+    REQUIRE(b.has_value());
+    const std::string id = b->id().to_string();
+    REQUIRE(g.prepare_block_use(b->id(), StreamId{1}, Access::Write).has_value());
+    REQUIRE(sim.launch_kernel(*s1, {SimAccess{b->ptr(), 1025, Access::Write}},
+                              [](std::span<std::byte* const> p) { std::memset(p[0], 1, 1025); }).has_value());
+    REQUIRE(g.finish_block_use(b->id(), StreamId{1}, Access::Write).has_value());
+    auto e = g.deallocate(std::move(*b));
+    REQUIRE_FALSE(e);
+    CHECK(e.error().code() == errc::guard_corrupted);
+    CHECK_THAT(e.error().message(), Catch::Contains("block " + id) && Catch::Contains("tag 3") &&
+                                        Catch::Contains("back guard overwritten at offset 0"));
+    CHECK(b->empty());
+  }
+  REQUIRE(g.reap_pending().has_value());
+  CHECK(g.bytes_outstanding() == 0);
+  CHECK(g.live_blocks() == 0);
+  sim.run_until_idle();
+  const auto hazards = sim.hazards();
+  for (const auto& h : hazards) INFO(to_string(h.kind));
+  CHECK(hazards.empty());
+}
+
+TEST_CASE("Budget over AsyncCuda on SimDriver: 8 threads never make the device hold more than the budget",
+          "[sim][budget][threads]") {
+  constexpr std::uint32_t ordinal = 1;  // the process-wide budget of ordinal 1 is this test's
+  constexpr std::size_t limit = 256 * 1024;
+  SimDriver sim{SimConfig{}};
+  Rig<BudgetAsync<SimDriver>> rig(sim, ordinal);
+  auto& b = *rig.stack;
+  REQUIRE(set_device_budget(ordinal, limit).has_value());
+  auto dev = sim.device_get(static_cast<int>(ordinal));
+  REQUIRE(dev.has_value());
+
+  std::atomic<bool> done{false};
+  std::atomic<std::size_t> max_reserved{0};
+  std::thread monitor([&] {
+    while (!done) {
+      auto r = sim.bytes_reserved(*dev);
+      if (r && *r > max_reserved) max_reserved = *r;
+      std::this_thread::yield();
+    }
+  });
+  std::atomic<int> errors{0}, refused{0}, granted{0};
+  std::vector<std::thread> threads;
+  for (std::uint32_t t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<DeviceBlock> mine;
+      for (int i = 0; i < 300; ++i) {
+        auto x = b.allocate(256 * (1 + (i * 7 + t) % 64), StreamId{t % 4}, AllocTag{t});
+        if (x) {
+          ++granted;
+          mine.push_back(std::move(*x));
+        } else if (x.error().code() == errc::out_of_budget) {
+          ++refused;
+        } else {
+          ++errors;
+        }
+        if (mine.size() > 3 || (!x && !mine.empty())) {
+          if (!b.deallocate(std::move(mine.front()))) ++errors;
+          mine.erase(mine.begin());
+        }
+      }
+      for (auto& x : mine) {
+        if (!b.deallocate(std::move(x))) ++errors;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  done = true;
+  monitor.join();
+  CHECK(errors == 0);
+  CHECK(granted > 0);
+  CHECK(refused > 0);
+  INFO("max bytes reserved on the device: " << max_reserved.load());
+  CHECK(max_reserved <= limit);
+  REQUIRE(b.reap_pending().has_value());
+  CHECK(b.bytes_outstanding() == 0);
+  CHECK(device_budget(ordinal)->in_use == 0);
+  REQUIRE(clear_device_budget(ordinal).has_value());
+}
