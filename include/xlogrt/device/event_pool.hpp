@@ -16,7 +16,7 @@
 namespace xlogrt {
 
 /// A free list of timing-disabled events. acquire() hands out a pooled event (creating
-/// one only when the pool is empty, so a warmed pool creates none on the hot path);
+/// one only when every shard is empty, so a warmed pool creates none on the hot path);
 /// release() returns it. An event may be released as soon as every wait on it has been
 /// enqueued: cuStreamWaitEvent captures the event's state when it is called.
 ///
@@ -40,8 +40,9 @@ class EventPool {
   /// A pooled event. Errors: the driver's, when a new event cannot be created (the
   /// device's context is made current first, only then).
   result<event_t> acquire() noexcept {
-    Shard& s = shard();
-    {
+    const std::size_t home = home_shard();
+    for (std::size_t i = 0; i < SHARDS; ++i) {  // the thread's shard first, then steal
+      Shard& s = shards_[(home + i) % SHARDS];
       std::lock_guard lock(s.mu);
       if (!s.free.empty()) {
         event_t e = s.free.back();
@@ -87,11 +88,12 @@ class EventPool {
     std::mutex mu;
     std::vector<event_t> free;
   };
-  Shard& shard() noexcept {
+  static std::size_t home_shard() noexcept {
     static thread_local const std::size_t mine =
-        std::hash<const void*>{}(&mine) / alignof(std::max_align_t);
-    return shards_[mine % SHARDS];
+        std::hash<const void*>{}(&mine) / alignof(std::max_align_t) % SHARDS;
+    return mine;
   }
+  Shard& shard() noexcept { return shards_[home_shard()]; }
 
   std::shared_ptr<Device<D>> device_;
   std::array<Shard, SHARDS> shards_;
