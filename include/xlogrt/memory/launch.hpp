@@ -2,7 +2,8 @@
 #pragma once
 
 // launch(rt, stream, enqueue, read(a), write(b), ...): enqueue work on a stream with the
-// runtime told, before and after, which blocks it touches and how.
+// runtime told, before and after, which blocks it touches and how. The CUfunction form,
+// launch(rt, stream, KernelLaunch{...}, ...), is in memory/launch_kernel.hpp.
 
 #include <array>
 #include <string>
@@ -22,6 +23,10 @@ struct BufferUse {
 };
 
 namespace detail {
+/// The driver stream a launch's enqueue callable receives: what `*rt.stream(id)` yields.
+template <class Runtime>
+using launch_stream_t = decltype(*std::declval<decltype(std::declval<Runtime&>().stream(StreamId{}))&>());
+
 template <class B>
 BlockId block_id_of(const B& b) noexcept {
   if constexpr (std::is_same_v<B, DeviceBlock>) {
@@ -55,8 +60,12 @@ BufferUse read_write(const B& b) noexcept { return {detail::block_id_of(b), Acce
 /// add ordering); the enqueue's error (no use is recorded, since no work was queued);
 /// the first finish error (the work is queued; the uses before it are recorded).
 /// Thread-safe when the runtime is.
+///
+/// Only callables take part in overload resolution (the CUfunction form, with a
+/// KernelLaunch in this place, is in memory/launch_kernel.hpp).
 template <class Runtime, class Enqueue, class... Uses>
-  requires(std::is_same_v<Uses, BufferUse> && ...)
+  requires(std::is_invocable_v<Enqueue, detail::launch_stream_t<Runtime>> &&
+           (std::is_same_v<Uses, BufferUse> && ...))
 result<void> launch(Runtime& rt, StreamId stream, Enqueue&& enqueue, Uses... uses) noexcept {
   const std::array<BufferUse, sizeof...(Uses)> args{uses...};
   for (const BufferUse& u : args) {
