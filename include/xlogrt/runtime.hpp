@@ -25,6 +25,7 @@
 #include "xlogrt/driver/sim_driver.hpp"
 #include "xlogrt/memory/device_buffer.hpp"
 #include "xlogrt/memory/launch.hpp"
+#include "xlogrt/memory/launch_kernel.hpp"
 #include "xlogrt/resource/any_resource.hpp"
 #include "xlogrt/resource/async_cuda.hpp"
 #include "xlogrt/resource/budget.hpp"
@@ -36,6 +37,15 @@
 #include "xlogrt/resource/statistics.hpp"
 
 namespace xlogrt {
+
+namespace detail {
+/// The singleton table of one runtime type: a variable template rather than a static
+/// data member, because nvcc rejects an inline static member of the class's own
+/// (incomplete) type. Constant-initialised and trivially destructible, so it is readable
+/// at any point of the process.
+template <class Runtime>
+inline std::array<std::atomic<Runtime*>, 16> runtime_table{};
+}  // namespace detail
 
 /// Builds a Stack on a stream pool, for DeviceRuntime::try_get. The primary template
 /// handles the shipped types: a base resource with `create(streams)` (AsyncCuda) or a
@@ -77,7 +87,7 @@ struct StackBuilder {
 /// destroying one at exit would issue driver calls while libcuda is being torn down.
 ///
 /// Two shared libraries of one process that both include xlogrt share the singletons:
-/// the table is an inline static member of a class template, which the toolchain emits
+/// the table is an inline variable template, which the toolchain emits
 /// as one (vague-linkage, STB_GNU_UNIQUE) object per process as long as the libraries
 /// export it, as they do by default. A library built with -fvisibility=hidden gets its
 /// own table, hence its own runtime per ordinal (see test/runtime/two_libraries).
@@ -179,8 +189,8 @@ class DeviceRuntime {
     return *locks;
   }
 
-  // Constant-initialised, trivially destructible: readable at any point of the process.
-  static inline std::array<std::atomic<DeviceRuntime*>, MAX_DEVICE_ORDINALS> table_{};
+  static constexpr auto& table_ = detail::runtime_table<DeviceRuntime>;
+  static_assert(std::tuple_size_v<std::remove_reference_t<decltype(table_)>> == MAX_DEVICE_ORDINALS);
 
   std::shared_ptr<StreamPool<D>> streams_;
   Stack stack_;

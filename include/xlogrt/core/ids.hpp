@@ -15,6 +15,7 @@ namespace xlogrt {
 struct StreamId {
   std::uint32_t value = 0;
   static const StreamId DEFAULT;
+  friend constexpr bool operator==(StreamId, StreamId) = default;  // spelt out for nvcc
   friend constexpr auto operator<=>(StreamId, StreamId) = default;
 };
 inline constexpr StreamId StreamId::DEFAULT{0};
@@ -24,6 +25,7 @@ inline constexpr StreamId StreamId::DEFAULT{0};
 struct AllocTag {
   std::uint32_t value = 0;
   static const AllocTag UNTAGGED;
+  friend constexpr bool operator==(AllocTag, AllocTag) = default;  // spelt out for nvcc
   friend constexpr auto operator<=>(AllocTag, AllocTag) = default;
 };
 inline constexpr AllocTag AllocTag::UNTAGGED{0};
