@@ -19,7 +19,42 @@ namespace {
 CudaDriver* gpu = nullptr;
 }
 
-using GpuStacks = std::tuple<AsyncStack<CudaDriver>, DirectStack<CudaDriver>, DefaultStackFactory<CudaDriver>>;
+/// DebugGuard over AsyncCuda, for the suite and for a real overrun on the device.
+struct GuardedStack {
+  using driver = CudaDriver;
+  using type = DebugGuard<AsyncCuda<CudaDriver>>;
+  static constexpr const char* name = "DebugGuard<AsyncCuda>";
+  static result<type> make(const std::shared_ptr<StreamPool<CudaDriver>>& s) {
+    auto base = AsyncCuda<CudaDriver>::create(s);
+    if (!base) return std::move(base).error();
+    return type(std::move(*base));
+  }
+};
+
+using GpuStacks = std::tuple<AsyncStack<CudaDriver>, DirectStack<CudaDriver>, DefaultStackFactory<CudaDriver>,
+                             GuardedStack>;
+
+TEST_CASE("DebugGuard catches a real overrun on the device, and not a clean block", "[gpu][debug_guard]") {
+  Rig<GuardedStack> rig(*gpu);
+  auto& r = *rig.stack;
+  auto clean = r.allocate(4096, StreamId{1}, AllocTag{3});
+  REQUIRE(clean.has_value());
+  auto s = *rig.streams->get(StreamId{1});
+  REQUIRE(rig.driver().memset_d8_async(clean->ptr(), 0x11, 4096, s).has_value());
+  REQUIRE(r.deallocate(std::move(*clean)).has_value());
+
+  auto b = r.allocate(4096, StreamId{1}, AllocTag{3});
+  REQUIRE(b.has_value());
+  // The device writes 4096 + 8 bytes: 8 bytes into the back guard.
+  REQUIRE(rig.driver().memset_d8_async(b->ptr(), 0x22, 4096 + 8, s).has_value());
+  auto e = r.deallocate(std::move(*b));
+  REQUIRE_FALSE(e);
+  CHECK(e.error().code() == errc::guard_corrupted);
+  INFO(e.error().message());
+  CHECK(e.error().message().find("back") != std::string::npos);
+  REQUIRE(r.reap_pending().has_value());
+  CHECK(r.bytes_outstanding() == 0);  // freed all the same
+}
 
 TEMPLATE_LIST_TEST_CASE("resource conformance on CudaDriver", "[gpu][conformance]", GpuStacks) {
   conformance_suite<TestType>(*gpu);

@@ -37,9 +37,9 @@ struct AsyncCudaOptions {
 ///
 /// Accounting: bytes_outstanding() counts a block from allocate until reap_pending() has
 /// seen its queued free complete: the block table's live bytes plus each stream's
-/// pending count. deallocate adds the bytes to its stream's pending count; reap_pending
-/// reads each stream's count, synchronises the stream, and retires exactly what it read
-/// (a free queued after the read stays pending).
+/// queued-but-not-retired bytes. deallocate raises its stream's `queued` count;
+/// reap_pending reads it, synchronises the stream, and raises `retired` to what it read
+/// (a free queued after the read stays pending; concurrent reapers never retire twice).
 ///
 /// Tracking, per block (state kept in the block table, under the block's shard lock):
 /// - the last write: the allocation itself on the alloc stream A at first, then the
@@ -117,7 +117,7 @@ class AsyncCuda {
       t.release_events(state_->events);
       // Counted pending before the table stops counting it live: a concurrent
       // bytes_outstanding() may count it twice for a moment, never miss it.
-      state_->pending[b.alloc_stream().value].bytes.fetch_add(b.bytes(), std::memory_order_release);
+      state_->pending[b.alloc_stream().value].queued.fetch_add(b.bytes(), std::memory_order_release);
       return ok();
     });
     if (!r) return r;
@@ -128,22 +128,28 @@ class AsyncCuda {
   std::size_t bytes_outstanding() const noexcept {
     std::size_t sum = state_->table.live_bytes();
     const std::size_t n = streams_->size();
-    for (std::size_t i = 0; i < n; ++i) sum += state_->pending[i].bytes.load(std::memory_order_relaxed);
+    for (std::size_t i = 0; i < n; ++i) sum += state_->pending[i].outstanding();
     return sum;
   }
 
-  /// Waits for every free queued so far and retires its bytes.
+  /// Waits for every free queued so far and retires its bytes. Safe to call from many
+  /// threads at once: each reaper retires at most what it saw queued before its own
+  /// synchronisation, and never what another reaper has already retired.
   result<void> reap_pending() noexcept {
     if (auto r = make_current(); !r) return r;
     const std::size_t n = streams_->size();
     for (std::size_t i = 0; i < n; ++i) {
-      auto& p = state_->pending[i].bytes;
-      const std::uint64_t seen = p.load(std::memory_order_acquire);
-      if (seen == 0) continue;
+      Pending& p = state_->pending[i];
+      // Acquire pairs with the release fetch_add in deallocate: every free counted in
+      // `seen` was queued before the synchronisation below.
+      const std::uint64_t seen = p.queued.load(std::memory_order_acquire);
+      std::uint64_t done = p.retired.load(std::memory_order_relaxed);
+      if (seen == done) continue;
       auto s = streams_->get(StreamId{static_cast<std::uint32_t>(i)});
       if (!s) return std::move(s).error();
       if (auto r = driver().stream_synchronize(*s); !r) return r;
-      p.fetch_sub(seen, std::memory_order_relaxed);
+      while (done < seen && !p.retired.compare_exchange_weak(done, seen, std::memory_order_relaxed)) {
+      }
     }
     return ok();
   }
@@ -242,8 +248,16 @@ class AsyncCuda {
       reads.clear();
     }
   };
+  /// A stream's queued frees, as two monotonic byte counts: queued (raised by deallocate)
+  /// and retired (raised by reap_pending to a `queued` value it saw before synchronising).
   struct alignas(64) Pending {
-    std::atomic<std::uint64_t> bytes{0};
+    std::atomic<std::uint64_t> queued{0};
+    std::atomic<std::uint64_t> retired{0};
+    std::size_t outstanding() const noexcept {
+      const std::uint64_t r = retired.load(std::memory_order_relaxed);
+      const std::uint64_t q = queued.load(std::memory_order_relaxed);
+      return q > r ? static_cast<std::size_t>(q - r) : 0;  // a racing reap may pass a stale q
+    }
   };
   struct State {
     explicit State(std::shared_ptr<Device<D>> dev) : events(std::move(dev)) {}

@@ -9,13 +9,13 @@
 // device's memory; AsyncCuda keeps each block's cross-stream dependency state in its
 // entry.
 //
-// Layout: SHARDS shards, each with its own spin lock (held for a few dozen
-// instructions and the driver calls of one block's tracking), slot storage and free list. A BlockId's
-// index is `local << SHARD_BITS | shard`. Inserting picks the shard from the calling
-// thread, so threads allocating at once land on different locks; every other operation
-// locks only the shard of the block it names. Slots live in fixed-size chunks that are
-// never moved, and a slot's generation grows each time it is freed, so an id of a freed
-// block never matches a newer block in the same slot.
+// Layout: SHARDS shards, each with its own spin lock (held for a few dozen instructions,
+// and for the driver calls of one block's tracking), slot storage and free list. A
+// BlockId's index is `local << SHARD_BITS | shard`. Inserting deals blocks round-robin
+// over the shards from a per-thread start; every other operation locks only the shard of
+// the block it names. Slots live in fixed-size chunks that are never moved, and a slot's
+// generation grows each time it is freed, so an id of a freed block never matches a
+// newer block in the same slot.
 
 #include <array>
 #include <atomic>
@@ -66,7 +66,7 @@ class BlockTable {
 
   /// Stores `e` (for a block of `ptr` and `bytes`) and returns its new id.
   result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Entry e) noexcept {
-    const std::uint32_t sh = home_shard();
+    const std::uint32_t sh = next_shard();
     Shard& s = shards_[sh];
     std::lock_guard lock(s.mu);
     std::uint32_t local;
@@ -174,10 +174,13 @@ class BlockTable {
     return next.fetch_add(1, std::memory_order_relaxed);
   }
 
-  static std::uint32_t home_shard() noexcept {
-    static thread_local const std::uint32_t mine = static_cast<std::uint32_t>(
-        std::hash<const void*>{}(&mine) / alignof(std::max_align_t) % SHARDS);
-    return mine;
+  /// Each thread deals its inserts round-robin over the shards, from a start of its own:
+  /// threads allocating at once rarely meet on a lock, and the blocks one thread
+  /// allocates (then hands to others to use) are spread over every shard.
+  static std::uint32_t next_shard() noexcept {
+    static thread_local std::uint32_t next = static_cast<std::uint32_t>(
+        std::hash<const void*>{}(&next) / alignof(std::max_align_t));
+    return next++ % SHARDS;
   }
 
   std::optional<error> find(BlockId id, Lookup why, const DeviceBlock* block, Shard*& s,

@@ -28,6 +28,8 @@ class DirectCuda {
  public:
   using driver_type = D;
   static constexpr bool supports_block_use_tracking = false;
+  /// The memory is back with the driver when deallocate returns (Budget credits at once).
+  static constexpr bool frees_synchronously = true;
 
   explicit DirectCuda(std::shared_ptr<StreamPool<D>> streams) noexcept
       : streams_(std::move(streams)),
