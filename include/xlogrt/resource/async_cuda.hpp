@@ -169,7 +169,7 @@ class AsyncCuda {
   result<void> prepare_block_use(BlockId id, StreamId use, Access access) noexcept {
     auto s = streams_->get(use);
     if (!s) return std::move(s).error();
-    auto r = state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
+    return state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
       if (t.write.stream != use && !t.write_waited(use)) {
         if (auto w = wait_for(*s, t.write); !w) return w;
         t.mark_write_waited(use);
@@ -182,8 +182,6 @@ class AsyncCuda {
       }
       return ok();
     });
-    if (!r) return std::move(r).error();
-    return *r;
   }
 
   /// Call AFTER enqueuing work on `use` that touches block `id` with `access`.
@@ -301,7 +299,7 @@ class AsyncCuda {
 
   result<void> finish(BlockId id, StreamId use, Access access, const DeviceBlock* block) noexcept {
     if (!streams_->contains(use)) return streams_->unknown(use);
-    auto r = state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
+    return state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
       if (writes(access)) {
         const bool same = t.write.stream == use;
         Use next = same ? t.write : Use{use};
@@ -334,8 +332,6 @@ class AsyncCuda {
       }
       return ok();
     }, block);
-    if (!r) return std::move(r).error();
-    return *r;
   }
 
   std::shared_ptr<StreamPool<D>> streams_;

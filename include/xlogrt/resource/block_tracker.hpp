@@ -94,23 +94,17 @@ class BlockTable {
     return BlockId{owner_, (local << SHARD_BITS) | sh, slot.generation};
   }
 
-  /// Runs `f(Entry&)` under the block's shard lock if `id` names a live block (and, when
-  /// `block` is given, one whose pointer and size match), and returns what f returns.
-  /// Errors: foreign_block, double_free (Lookup::free) or stale_block (Lookup::use).
+  /// Runs `f(Entry&) -> result<void>` under the block's shard lock if `id` names a live
+  /// block (and, when `block` is given, one whose pointer and size match), and returns
+  /// what f returns. Errors: foreign_block, double_free (Lookup::free) or stale_block
+  /// (Lookup::use), or f's.
   template <class F>
-  auto with(BlockId id, Lookup why, F&& f, const DeviceBlock* block = nullptr) noexcept
-      -> result<std::invoke_result_t<F, Entry&>> {
-    using R = std::invoke_result_t<F, Entry&>;
+  result<void> with(BlockId id, Lookup why, F&& f, const DeviceBlock* block = nullptr) noexcept {
     Shard* s;
     Slot* slot;
     std::unique_lock<detail::SpinLock> lock;
     if (auto e = find(id, why, block, s, slot, lock); e) return std::move(*e);
-    if constexpr (std::is_void_v<R>) {
-      f(slot->entry);
-      return ok();
-    } else {
-      return f(slot->entry);
-    }
+    return f(slot->entry);
   }
 
   /// Removes the live block `id` after `f(Entry&)` (run under the shard lock) returns
