@@ -1,0 +1,666 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Reactor<Driver>: tells host code that a stream has reached a point, by callback,
+// std::future or C++20 coroutine, without a driver call on the waiting side.
+//
+// ---- How it works ----------------------------------------------------------------------
+//
+// Arming a wait on a stream claims a completion slot (SlotTable), clears the slot's flag,
+// enqueues cuStreamWriteValue32(flag, 1) on the stream — so the device writes the flag
+// once everything enqueued before it has run — and publishes the waiter on the slot. One
+// scanner thread polls the flags of armed slots (plain loads of pinned host memory) and
+// completes the waiters whose flags are set. When no slot is free, or the device cannot
+// write flags from a stream (DeviceInfo::stream_mem_ops or map_host_memory false), the
+// wait is enqueued as a host function instead (cuLaunchHostFunc): correct, slower, and
+// counted as a fallback. Either way the waiter is completed on the scanner thread.
+//
+// Scanner idle policy. After its last completion the scanner polls for spin_for (pause
+// between passes), then for yield_for (yielding the core between passes). Then, if a slot
+// is still armed, it keeps polling with naps that grow with the time waited, up to
+// nap_max (so a long kernel costs little CPU and at most ~1/8 of its run time in extra
+// latency); if nothing is armed it parks on a condition variable and burns no CPU until a
+// registration takes the reactor from idle to active, which wakes it. Only that
+// transition wakes it: a registration while the scanner is awake costs no wake-up at all
+// (detail/reactor_parker.hpp has the hand-off and its orders).
+//
+// Faults. A stream whose context faults never writes its flags nor runs its host
+// functions. While waits are armed the scanner queries their streams every probe_every;
+// when a query fails, the stream's waiters complete with errc::stream_fault, and later
+// waits on it fail at once with the same error. (The host functions of a faulted stream
+// stay in the driver's queue for ever; each holds a small ticket of the reactor's, which
+// is therefore never freed.)
+//
+// Orders (beyond SlotTable's and the Parker's, which their headers explain). The fault
+// probe must find the waiters armed on a stream, but the slot table hands a payload only
+// to the scan that retires it. So slot_waiter_[slot] mirrors the waiter armed on each
+// slot: the registrant stores it with release after filling in the waiter and before
+// publishing, and the probe loads it with acquire, which makes the waiter's stream
+// readable. Only the scanner clears an entry, with a relaxed compare-exchange from the
+// waiter it has just retired: a registrant that already re-claimed the recycled slot has
+// stored its own waiter, and the exchange leaves that alone (the waiter cannot have been
+// freed and reused meanwhile: it is completed after the exchange). A non-null entry is
+// therefore a waiter that nobody but the scanner can retire, so the probe, on the
+// scanner's thread, may set its flag (release, as the device would; the scan's acquire
+// load of the flag pairs with it) without racing the slot's next owner. faulted_[s] is
+// stored with release after fault_error_[s] has been written, once; arm() loads it with
+// acquire before reading the error. Why not a per-stream list of armed waiters under a
+// mutex: that puts a lock on every arm for the sake of a rare fault; the mirror costs
+// arm one store and retirement one compare-exchange on a line the scanner mostly owns.
+//
+// ---- What completion code may do -------------------------------------------------------
+//
+// Callbacks, future continuations and coroutines resumed inline run on the scanner thread
+// (or, during destruction, on the destroying thread), with the device's context current.
+// Every other completion of the reactor waits while one runs, so they must be short: they
+// may enqueue work on streams, arm new waits on this or another reactor, set promises,
+// post to executors. They must not block (on a future of this reactor in particular: that
+// deadlocks), must not throw (the scanner is noexcept), and must not destroy the reactor.
+
+#include <pthread.h>
+#include <time.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bitset>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <future>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
+#include "xlogrt/core/ids.hpp"
+#include "xlogrt/core/result.hpp"
+#include "xlogrt/device/device.hpp"
+#include "xlogrt/device/stream_pool.hpp"
+#include "xlogrt/driver/concept.hpp"
+#include "xlogrt/driver/lifetime.hpp"
+#include "xlogrt/reactor/atomics.hpp"
+#include "xlogrt/reactor/awaitable.hpp"
+#include "xlogrt/reactor/detail/reactor_counters.hpp"
+#include "xlogrt/reactor/detail/reactor_fallback.hpp"
+#include "xlogrt/reactor/detail/reactor_parker.hpp"
+#include "xlogrt/reactor/detail/reactor_waiter.hpp"
+#include "xlogrt/reactor/pinned_flags.hpp"
+#include "xlogrt/reactor/slot_table.hpp"
+
+namespace xlogrt {
+
+/// How a Reactor is built. The defaults suit an engine with a few hundred waits in flight.
+///
+/// Not thread-safe: a plain value, copied by Reactor::create.
+struct ReactorOptions {
+  /// Completion slots (flags): waits armed at once with a flag write; more fall back to
+  /// host functions. 1 to 1,048,576.
+  std::size_t slots = 1024;
+  /// After the last completion, poll without giving the core away for this long...
+  std::chrono::nanoseconds spin_for = std::chrono::microseconds(50);
+  /// ...then poll yielding the core between passes for this long...
+  std::chrono::nanoseconds yield_for = std::chrono::microseconds(450);
+  /// ...then, while a slot is armed, poll between naps of up to this long (0: keep
+  /// yielding); with nothing armed, park.
+  std::chrono::nanoseconds nap_max = std::chrono::microseconds(50);
+  /// While waits are armed, how often their streams are queried for faults. > 0.
+  std::chrono::nanoseconds probe_every = std::chrono::milliseconds(10);
+  /// false: every wait takes the host-function path (for comparisons and tests).
+  bool flag_writes = true;
+};
+
+/// A snapshot of a reactor's counters (each exact once the threads that bump it are done).
+///
+/// Not thread-safe: a plain value.
+struct ReactorCounters {
+  std::uint64_t armed = 0;      ///< waits armed, on either path
+  std::uint64_t fallbacks = 0;  ///< of those, armed as host functions
+  std::uint64_t completed = 0;  ///< waiters completed, whatever the outcome
+  std::uint64_t faulted = 0;    ///< of those, with errc::stream_fault
+  std::uint64_t cancelled = 0;  ///< of those, with errc::cancelled (reactor destroyed)
+  std::uint64_t wakeups = 0;    ///< registrations (and host functions) that woke a
+                                ///< scanner going to sleep or asleep
+  std::uint64_t parks = 0;      ///< times the scanner slept
+  std::uint64_t probes = 0;     ///< fault probes run
+};
+
+/// The exception a when_done_future's get() throws when the wait ended in an error: the
+/// boundary between xlogrt's error values and std::future, which carries errors only as
+/// exceptions. Nothing in xlogrt throws it; std::future::get does.
+///
+/// Thread-safe: immutable.
+class FutureError : public std::exception {
+ public:
+  explicit FutureError(xlogrt::error e) noexcept : error_(std::move(e)) {}
+  const xlogrt::error& error() const noexcept { return error_; }
+  const char* what() const noexcept override { return error_.message().c_str(); }
+
+ private:
+  xlogrt::error error_;
+};
+
+/// The completion reactor of one device's streams (see the file comment).
+///
+/// Thread-safe. arm(), on_done(), when_done(), when_done_future(), counters() and the
+/// accessors may be called from any thread, completion code included. Destruction must
+/// happen-after every other call has returned, and not on the scanner thread.
+///
+/// Destruction completes every waiter exactly once: those whose point was reached with
+/// success, the others with errc::cancelled. If waits were still armed and their streams
+/// not idle, the flag memory is leaked rather than freed under the device's pending
+/// writes.
+template <Driver D>
+class Reactor {
+ public:
+  using driver_type = D;
+  using stream_t = typename D::stream_t;
+  static constexpr std::size_t MAX_SLOTS = std::size_t{1} << 20;
+
+  /// A reactor over the streams of `streams`, with its scanner thread started.
+  /// Errors: invalid_argument (null pool, options out of range), the driver's (making
+  /// the context current, allocating the flags), out_of_memory (host), driver_error when
+  /// the scanner thread cannot be started.
+  static result<std::unique_ptr<Reactor>> create(std::shared_ptr<StreamPool<D>> streams,
+                                                 ReactorOptions options = {}) noexcept {
+    if (!streams) return error{errc::invalid_argument, "Reactor::create needs a stream pool"};
+    if (options.slots == 0 || options.slots > MAX_SLOTS) {
+      return error{errc::invalid_argument, "a reactor has 1 to " + std::to_string(MAX_SLOTS) +
+                                               " completion slots, not " +
+                                               std::to_string(options.slots)};
+    }
+    if (options.probe_every.count() <= 0 || options.spin_for.count() < 0 ||
+        options.yield_for.count() < 0 || options.nap_max.count() < 0) {
+      return error{errc::invalid_argument,
+                   "reactor options: probe_every must be positive and spin_for, yield_for "
+                   "and nap_max not negative"};
+    }
+    const auto& device = streams->device();
+    if (auto r = device->make_current(); !r) return std::move(r).error();
+    std::unique_ptr<Reactor> self(new (std::nothrow) Reactor(std::move(streams), options));
+    if (!self) return error{errc::out_of_memory, "host allocation of a Reactor failed"};
+    if (auto r = self->init(); !r) return std::move(r).error();
+    return self;
+  }
+
+  Reactor(const Reactor&) = delete;
+  Reactor& operator=(const Reactor&) = delete;
+
+  ~Reactor() {
+    if (!hub_) return;  // create() failed before anything could be armed
+    closing_.store(true, std::memory_order_release);
+    stop_.store(true, std::memory_order_release);
+    (void)parker_.wake();  // after the store: the parker's busy() reads stop_
+    if (scanner_.joinable()) scanner_.join();
+    (void)device_->make_current();
+    drain();  // what was reached completes with success
+    std::bitset<StreamPool<D>::MAX_STREAMS> still_armed;
+    if (table_) {
+      for (std::size_t i = 0; i < table_->capacity(); ++i) {
+        if (detail::ReactorWaiter* w = slot_waiter_[i].exchange(nullptr, std::memory_order_acq_rel)) {
+          still_armed.set(w->stream_);
+          cancel(w);
+        }
+      }
+    }
+    auto [ready, pending] = hub_->close();
+    deliver_list(ready, [](std::uint32_t) { return result<void>{}; });
+    for (detail::ReactorWaiter* w = pending; w != nullptr;) {
+      detail::ReactorWaiter* next = w->next_;
+      cancel(w);
+      w = next;
+    }
+    if (still_armed.any() && !streams_idle(still_armed)) table_->flags().leak();
+  }
+
+  // --- Arming ---------------------------------------------------------------------------
+
+  /// Calls `fn(result<void>)` once `stream` has reached this point (all work enqueued on
+  /// it before this call has run), or with the error that ended the wait (stream_fault,
+  /// cancelled). On the scanner thread: see "What completion code may do".
+  /// Errors (fn is then never called): unknown_stream; stream_fault for a stream already
+  /// found faulted; cancelled while the reactor is being destroyed; out_of_memory; the
+  /// driver's, when the flag write or host function cannot be enqueued.
+  template <class F>
+    requires std::is_invocable_v<std::decay_t<F>&, result<void>>
+  result<void> on_done(StreamId stream, F&& fn) noexcept {
+    using Node = detail::CallbackWaiter<std::decay_t<F>>;
+    Node* node = nullptr;
+    if constexpr (std::is_nothrow_constructible_v<Node, F&&>) {
+      node = new (std::nothrow) Node(std::forward<F>(fn));
+    } else {
+      try {
+        node = new Node(std::forward<F>(fn));
+      } catch (...) {
+        node = nullptr;
+      }
+    }
+    if (node == nullptr) return error{errc::out_of_memory, "host allocation of a callback failed"};
+    auto armed = arm(stream, *node);
+    if (!armed) delete node;
+    return armed;
+  }
+
+  /// A future that becomes ready once `stream` has reached this point. Its get() returns,
+  /// or throws FutureError holding the error that ended the wait (stream_fault,
+  /// cancelled). Errors: as for on_done().
+  result<std::future<void>> when_done_future(StreamId stream) noexcept {
+    FutureWaiter* node = nullptr;
+    std::future<void> f;
+    try {
+      node = new FutureWaiter();
+      f = node->promise_.get_future();
+    } catch (...) {
+      delete node;
+      return error{errc::out_of_memory, "host allocation of a promise failed"};
+    }
+    auto armed = arm(stream, *node);
+    if (!armed) {
+      delete node;
+      return std::move(armed).error();
+    }
+    return f;
+  }
+
+  /// `co_await reactor.when_done(stream)`: resumes the coroutine on the scanner thread
+  /// with the wait's result<void> (see awaitable.hpp).
+  WhenDone<Reactor> when_done(StreamId stream) noexcept { return WhenDone<Reactor>(*this, stream); }
+
+  /// `co_await reactor.when_done(stream, executor)`: resumes it through executor.post().
+  WhenDone<Reactor> when_done(StreamId stream, ExecutorRef executor) noexcept {
+    return WhenDone<Reactor>(*this, stream, executor);
+  }
+
+  /// The primitive under the delivery forms: arms `w` on `stream`; on success the reactor
+  /// calls w.finish() exactly once, later, and the caller must not touch `w` until then.
+  /// Errors: as for on_done(); `w` is then untouched and still the caller's.
+  result<void> arm(StreamId stream, detail::ReactorWaiter& w) noexcept {
+    if (closing_.load(std::memory_order_acquire)) [[unlikely]] {
+      return error{errc::cancelled, "cannot wait on stream " + std::to_string(stream.value) +
+                                        ": the reactor is being destroyed"};
+    }
+    auto s = streams_->get(stream);
+    if (!s) [[unlikely]] return std::move(s).error();
+    if (faulted_[stream.value].load(std::memory_order_acquire)) [[unlikely]] {
+      return *fault_error_[stream.value];
+    }
+    if (auto r = device_->make_current(); !r) [[unlikely]] return r;
+    w.stream_ = stream.value;
+    w.faulted_ = false;
+    if (table_) {
+      if (auto slot = table_->claim()) {
+        table_->reset_flag(*slot);
+        auto r = driver_->stream_write_value32(*s, table_->flags().device_address(*slot), 1);
+        if (!r) [[unlikely]] {
+          (void)table_->release(*slot);
+          return arm_failure(std::move(r).error(), stream);
+        }
+        w.slot_ = static_cast<std::uint32_t>(*slot);
+        // Release: the fault probe reads the waiter's fields after loading this.
+        slot_waiter_[*slot].store(&w, std::memory_order_release);
+        armed_.add();
+        if (table_->publish(*slot, &w)) wake();
+        return ok();
+      }
+    }
+    return arm_host_func(*s, stream, w);
+  }
+
+  // --- Observing ------------------------------------------------------------------------
+
+  ReactorCounters counters() const noexcept {
+    ReactorCounters c;
+    c.armed = armed_.value();
+    c.fallbacks = fallbacks_.value();
+    c.completed = completed_.load(std::memory_order_relaxed);
+    c.faulted = faulted_count_.load(std::memory_order_relaxed);
+    c.cancelled = cancelled_.load(std::memory_order_relaxed);
+    c.wakeups = wakeups_.load(std::memory_order_relaxed);
+    c.parks = parker_.sleeps();
+    c.probes = probes_.load(std::memory_order_relaxed);
+    return c;
+  }
+
+  /// Whether waits are armed with flag writes (false: every wait is a host function).
+  bool uses_flag_writes() const noexcept { return table_.has_value(); }
+  /// Completion slots (0 when uses_flag_writes() is false).
+  std::size_t slots() const noexcept { return table_ ? table_->capacity() : 0; }
+  const ReactorOptions& options() const noexcept { return options_; }
+  const std::shared_ptr<StreamPool<D>>& streams() const noexcept { return streams_; }
+
+  /// CPU time the scanner thread has used so far (0 if it cannot be read).
+  std::chrono::nanoseconds scanner_cpu_time() const noexcept {
+    clockid_t id{};
+    timespec ts{};
+    if (!scanner_.joinable() ||
+        pthread_getcpuclockid(const_cast<std::thread&>(scanner_).native_handle(), &id) != 0 ||
+        clock_gettime(id, &ts) != 0) {
+      return std::chrono::nanoseconds{0};
+    }
+    return std::chrono::seconds{ts.tv_sec} + std::chrono::nanoseconds{ts.tv_nsec};
+  }
+
+ private:
+  using Table = SlotTable<detail::ReactorWaiter*, PinnedFlags<D>, StdAtomics>;
+  using clock = std::chrono::steady_clock;
+  static constexpr std::size_t MAX_STREAMS = StreamPool<D>::MAX_STREAMS;
+
+  struct FutureWaiter final : detail::ReactorWaiter {
+    FutureWaiter() : detail::ReactorWaiter(&run) {}
+    static void run(detail::ReactorWaiter* w, result<void> r) noexcept {
+      auto* self = static_cast<FutureWaiter*>(w);
+      try {
+        if (r) {
+          self->promise_.set_value();
+        } else {
+          self->promise_.set_exception(std::make_exception_ptr(FutureError(std::move(r).error())));
+        }
+      } catch (...) {  // only std::bad_alloc from make_exception_ptr: the future breaks
+      }
+      delete self;
+    }
+    std::promise<void> promise_;
+  };
+
+  Reactor(std::shared_ptr<StreamPool<D>> streams, const ReactorOptions& options) noexcept
+      : streams_(std::move(streams)),
+        device_(streams_->device()),
+        driver_(&device_->driver()),
+        options_(options) {}
+
+  result<void> init() noexcept {
+    try {
+      hub_ = std::make_shared<detail::FallbackHub>(&wake_thunk, this);
+      fault_error_ = std::make_unique<std::optional<error>[]>(MAX_STREAMS);
+      const DeviceInfo& info = device_->info();
+      if (options_.flag_writes && info.stream_mem_ops && info.map_host_memory) {
+        auto flags = PinnedFlags<D>::create(*driver_, options_.slots);
+        if (!flags) return std::move(flags).error();
+        table_.emplace(options_.slots, std::move(*flags));
+        slot_waiter_ = std::make_unique<std::atomic<detail::ReactorWaiter*>[]>(options_.slots);
+        woken_.reserve(options_.slots);
+      }
+    } catch (const std::bad_alloc&) {
+      return error{errc::out_of_memory, "host allocation of the reactor's tables failed (" +
+                                            std::to_string(options_.slots) + " slots)"};
+    }
+    try {
+      scanner_ = std::thread([this] { run(); });
+    } catch (const std::exception& e) {
+      return error{errc::driver_error, std::string("the reactor's scanner thread could not be "
+                                                   "started: ") + e.what()};
+    }
+    return ok();
+  }
+
+  error arm_failure(error e, StreamId stream) const {
+    std::string m = e.message();
+    m += " (arming a completion on stream " + std::to_string(stream.value) + " of ordinal " +
+         std::to_string(device_->ordinal()) + ")";
+    return error{e.code(), std::move(m), e.driver_status()};
+  }
+
+  result<void> arm_host_func(stream_t s, StreamId stream, detail::ReactorWaiter& w) noexcept {
+    bool first = false;
+    bool closed = false;
+    detail::FallbackHub::Ticket* t = detail::FallbackHub::open(hub_, w, first, closed);
+    if (t == nullptr) {
+      if (closed) {
+        return error{errc::cancelled, "cannot wait on stream " + std::to_string(stream.value) +
+                                          ": the reactor is being destroyed"};
+      }
+      return error{errc::out_of_memory, "host allocation of a host-function wait failed"};
+    }
+    auto r = driver_->launch_host_func(s, &detail::FallbackHub::trampoline, t);
+    if (!r) [[unlikely]] {
+      // Unless a fault probe or the destructor ended the wait meanwhile (then it is over,
+      // and its waiter has had its one completion), the failure is the caller's to see.
+      if (detail::FallbackHub::abandon(t)) return arm_failure(std::move(r).error(), stream);
+      return ok();
+    }
+    armed_.add();
+    fallbacks_.add();
+    if (first) wake();
+    return ok();
+  }
+
+  void wake() noexcept {
+    if (parker_.wake()) wakeups_.fetch_add(1, std::memory_order_relaxed);
+  }
+  static void wake_thunk(void* self) noexcept { static_cast<Reactor*>(self)->wake(); }
+
+  // --- The scanner ----------------------------------------------------------------------
+
+  void run() noexcept {
+#if defined(__linux__)
+    pthread_setname_np(pthread_self(), "xlogrt-reactor");
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);  // naps of microseconds, not 50 us more
+#endif
+    (void)device_->make_current();
+    clock::time_point last_progress = clock::now();
+    clock::time_point next_probe = last_progress + options_.probe_every;
+    for (;;) {
+      const bool progress = drain();
+      if (stop_.load(std::memory_order_acquire)) return;
+      const clock::time_point now = clock::now();
+      if (now >= next_probe) {
+        probe();
+        next_probe = now + options_.probe_every;
+      }
+      if (progress) {
+        last_progress = now;
+        continue;
+      }
+      const auto idle = now - last_progress;
+      if (idle < options_.spin_for) {
+        for (int i = 0; i < 8; ++i) StdAtomics::pause();
+        continue;
+      }
+      if (idle < options_.spin_for + options_.yield_for) {
+        StdAtomics::yield();
+        continue;
+      }
+      if (table_ && !table_->is_idle()) {
+        nap(idle - options_.spin_for - options_.yield_for);
+        continue;
+      }
+      // Nothing armed with a flag. Host-function waits may be pending: they wake the
+      // scanner when they run, but a faulted stream never runs them, so sleep no longer
+      // than a probe period then.
+      const bool timed = hub_->pending() != 0;
+      const auto busy = [this, timed] {
+        return stop_.load(std::memory_order_acquire) || (table_ && !table_->is_idle()) ||
+               hub_->has_ready() || (!timed && hub_->pending() != 0);
+      };
+      const detail::ParkResult how = parker_.park(busy, timed ? &options_.probe_every : nullptr);
+      // A timed-out sleep found nothing to do: go back to sleep after the probe, without
+      // another spin. Anything else may be the start of a busy period: spin again.
+      if (how != detail::ParkResult::timed_out) last_progress = clock::now();
+    }
+  }
+
+  void nap(std::chrono::nanoseconds over) noexcept {
+    if (options_.nap_max.count() == 0) {
+      StdAtomics::yield();
+      return;
+    }
+    const auto step = std::clamp<std::chrono::nanoseconds>(
+        over / 8, std::chrono::microseconds(1), options_.nap_max);
+    std::this_thread::sleep_for(step);
+  }
+
+  /// One pass over both paths; true when anything completed.
+  bool drain() noexcept {
+    bool any = false;
+    if (table_) {
+      woken_.clear();
+      try {
+        table_->scan_once(woken_);  // capacity reserved for every slot: cannot throw
+      } catch (...) {
+      }
+      for (detail::ReactorWaiter* w : woken_) retire(w);
+      any = !woken_.empty();
+    }
+    if (hub_->has_ready()) {
+      detail::ReactorWaiter* ready = hub_->take_ready();
+      any = any || ready != nullptr;
+      deliver_list(ready, [](std::uint32_t) { return result<void>{}; });
+    }
+    return any;
+  }
+
+  /// A waiter whose slot the scanner retired: its flag was written by the device, or by
+  /// the fault probe.
+  void retire(detail::ReactorWaiter* w) noexcept {
+    detail::ReactorWaiter* expected = w;
+    // Relaxed: the entry only names armed waiters for the probe; a registrant that has
+    // already claimed the recycled slot stored its own waiter, and the CAS leaves it.
+    slot_waiter_[w->slot_].compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
+    if (w->faulted_) {
+      faulted_count_.fetch_add(1, std::memory_order_relaxed);
+      deliver(w, *fault_error_[w->stream_]);
+    } else {
+      deliver(w, ok());
+    }
+  }
+
+  void deliver(detail::ReactorWaiter* w, result<void> r) noexcept {
+    completed_.fetch_add(1, std::memory_order_relaxed);
+    w->finish(std::move(r));
+  }
+
+  template <class Outcome>
+  void deliver_list(detail::ReactorWaiter* w, Outcome&& outcome) noexcept {
+    while (w != nullptr) {
+      detail::ReactorWaiter* next = w->next_;
+      deliver(w, outcome(w->stream_));
+      w = next;
+    }
+  }
+
+  void cancel(detail::ReactorWaiter* w) noexcept {
+    cancelled_.fetch_add(1, std::memory_order_relaxed);
+    deliver(w, error{errc::cancelled, "the reactor was destroyed before stream " +
+                                          std::to_string(w->stream_) + " of ordinal " +
+                                          std::to_string(device_->ordinal()) +
+                                          " reached the awaited point"});
+  }
+
+  /// Queries every stream with an armed wait; a failed query faults the stream's waits.
+  void probe() noexcept {
+    std::bitset<MAX_STREAMS> armed;
+    if (table_) {
+      for (std::size_t i = 0; i < table_->capacity(); ++i) {
+        if (const detail::ReactorWaiter* w = slot_waiter_[i].load(std::memory_order_acquire)) {
+          armed.set(w->stream_);
+        }
+      }
+    }
+    hub_->for_each_pending([&armed](std::uint32_t s) { armed.set(s); });
+    if (armed.none()) return;
+    probes_.fetch_add(1, std::memory_order_relaxed);
+    for (std::size_t s = 0; s < MAX_STREAMS; ++s) {
+      if (!armed.test(s)) continue;
+      if (faulted_[s].load(std::memory_order_relaxed)) {  // waits armed since the fault
+        fail_stream(static_cast<std::uint32_t>(s));
+        continue;
+      }
+      auto h = streams_->get(StreamId{static_cast<std::uint32_t>(s)});
+      if (!h) continue;
+      auto q = driver_->stream_query(*h);
+      // Once the process exits the driver answers shutting_down to everything: that says
+      // nothing about the stream.
+      if (!q && q.error().code() != errc::shutting_down) {
+        record_fault(static_cast<std::uint32_t>(s), q.error());
+        fail_stream(static_cast<std::uint32_t>(s));
+      }
+    }
+  }
+
+  void record_fault(std::uint32_t s, const error& cause) noexcept {
+    if (faulted_[s].load(std::memory_order_relaxed)) return;  // the first cause stays
+    fault_error_[s].emplace(
+        errc::stream_fault,
+        "stream " + std::to_string(s) + " of ordinal " + std::to_string(device_->ordinal()) +
+            " faulted before the awaited point was reached (" + cause.message() +
+            "); waits on it fail from now on: recreate the context and its streams",
+        cause.driver_status());
+    // Release: arm() reads fault_error_[s] after an acquire load of this.
+    faulted_[s].store(true, std::memory_order_release);
+  }
+
+  /// Completes every wait armed on faulted stream `s` with its fault.
+  void fail_stream(std::uint32_t s) noexcept {
+    if (table_) {
+      for (std::size_t i = 0; i < table_->capacity(); ++i) {
+        detail::ReactorWaiter* w = slot_waiter_[i].load(std::memory_order_acquire);
+        if (w == nullptr || w->stream_ != s || w->faulted_) continue;
+        auto& word = table_->flags().word(i);
+        if (StdAtomics::load_flag(word, std::memory_order_acquire) != 0) continue;  // reached
+        // The waiter is armed, so its slot cannot change hands before the scanner (this
+        // thread) retires it: setting the flag makes the next pass retire it.
+        w->faulted_ = true;
+        StdAtomics::store_flag(word, 1, std::memory_order_release);
+      }
+    }
+    detail::ReactorWaiter* w = hub_->take_stream(s);
+    while (w != nullptr) {
+      detail::ReactorWaiter* next = w->next_;
+      faulted_count_.fetch_add(1, std::memory_order_relaxed);
+      deliver(w, *fault_error_[s]);
+      w = next;
+    }
+  }
+
+  /// True when every stream in `set` reports all its work done.
+  bool streams_idle(const std::bitset<MAX_STREAMS>& set) noexcept {
+    for (std::size_t s = 0; s < MAX_STREAMS; ++s) {
+      if (!set.test(s)) continue;
+      auto h = streams_->get(StreamId{static_cast<std::uint32_t>(s)});
+      if (!h) return false;
+      auto q = driver_->stream_query(*h);
+      if (!q || !*q) return false;
+    }
+    return true;
+  }
+
+  // Immutable after create().
+  std::shared_ptr<StreamPool<D>> streams_;
+  std::shared_ptr<Device<D>> device_;
+  D* driver_;
+  ReactorOptions options_;
+  std::optional<Table> table_;
+  std::unique_ptr<std::atomic<detail::ReactorWaiter*>[]> slot_waiter_;
+  std::shared_ptr<detail::FallbackHub> hub_;
+
+  // Faults: written once per stream by the scanner, read by arm().
+  std::array<std::atomic<bool>, MAX_STREAMS> faulted_{};
+  std::unique_ptr<std::optional<error>[]> fault_error_;
+
+  // Registrant-side counters.
+  detail::ReactorStripedCount armed_;
+  detail::ReactorStripedCount fallbacks_;
+  std::atomic<std::uint64_t> wakeups_{0};
+  // Scanner-side counters (and the destructor's, after the scanner has stopped).
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<std::uint64_t> faulted_count_{0};
+  std::atomic<std::uint64_t> cancelled_{0};
+  std::atomic<std::uint64_t> probes_{0};
+
+  std::atomic<bool> closing_{false};
+  std::atomic<bool> stop_{false};
+  detail::Parker<StdAtomics> parker_;
+  std::vector<detail::ReactorWaiter*> woken_;  // the scanner's
+  std::thread scanner_;
+};
+
+}  // namespace xlogrt
