@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+// The completion reactor on a real GPU: the scenarios of the SimDriver suite on
+// CudaDriver (device 0), plus a 100,000-round ping-pong.
+//
+// Exits 77 (Meson's SKIP) when CudaDriver::open() fails or there is no device: it never
+// passes without running. Fault injection is not repeated here: a real fault poisons the
+// whole context, and with it every later test of the process.
+
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+
+#include "scenarios.hpp"
+#include "xlogrt/driver/cuda_driver.hpp"
+#include "xlogrt/reactor/flags.hpp"
+#include "xlogrt/reactor/pinned_flags.hpp"
+
+using namespace xlogrt;
+using namespace reactor_rt;
+using namespace std::chrono_literals;
+
+static_assert(SlotFlags<PinnedFlags<CudaDriver>, StdAtomics>);
+
+namespace {
+
+CudaDriver* g_driver = nullptr;
+
+ReactorOptions options(std::size_t slots = 1024) {
+  ReactorOptions o;
+  o.slots = slots;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("gpu: every waiter completes exactly once: 8 threads on 4 streams", "[gpu]") {
+  Rig<CudaDriver> rig(*g_driver, options());
+  REQUIRE(rig.reactor->uses_flag_writes());
+  many_waiters(rig, 8, 2000);
+}
+
+TEST_CASE("gpu: every waiter completes exactly once with 4 slots", "[gpu]") {
+  Rig<CudaDriver> rig(*g_driver, options(4));
+  many_waiters(rig, 8, 1000);
+  CHECK(rig.reactor->counters().fallbacks > 0);
+}
+
+TEST_CASE("gpu: every waiter completes exactly once on host functions only", "[gpu]") {
+  ReactorOptions o = options();
+  o.flag_writes = false;
+  Rig<CudaDriver> rig(*g_driver, o);
+  REQUIRE_FALSE(rig.reactor->uses_flag_writes());
+  many_waiters(rig, 8, 500);
+}
+
+TEST_CASE("gpu: destroying the reactor cancels every wait in flight, once", "[gpu]") {
+  SECTION("flag writes") {
+    Rig<CudaDriver> rig(*g_driver, options());
+    shutdown_in_flight(rig, 300);
+  }
+  SECTION("flag writes and host functions (8 slots)") {
+    Rig<CudaDriver> rig(*g_driver, options(8));
+    shutdown_in_flight(rig, 300);
+  }
+}
+
+TEST_CASE("gpu: coroutines resume on the scanner, or on the executor named", "[gpu]") {
+  Rig<CudaDriver> rig(*g_driver, options());
+  coroutines_resume_where_asked(rig);
+}
+
+TEST_CASE("gpu: the scanner parks when idle and a registration wakes it", "[gpu]") {
+  Rig<CudaDriver> rig(*g_driver, options());
+  parks_when_idle_and_wakes(rig);
+}
+
+TEST_CASE("gpu: ping-pong, 100,000 rounds", "[gpu]") {
+  Rig<CudaDriver> rig(*g_driver, options());
+  const auto t0 = std::chrono::steady_clock::now();
+  ping_pong(rig, 100000);
+  const auto us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0);
+  std::printf("ping-pong: 100000 rounds, %.2f us per round (memset + when_done_future + get)\n",
+              us.count() / 100000);
+}
+
+int main(int argc, char** argv) {
+  auto d = CudaDriver::open();
+  if (!d) {
+    std::printf("SKIP: %s\n", d.error().what().c_str());
+    return 77;
+  }
+  auto n = (*d)->device_count();
+  if (!n || *n == 0) {
+    std::printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  g_driver = *d;
+  return Catch::Session().run(argc, argv);
+}
