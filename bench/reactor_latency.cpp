@@ -1,0 +1,447 @@
+// SPDX-License-Identifier: Apache-2.0
+// How long after a stream reaches a point does host code learn of it?
+//
+// Latency, on an idle stream: each round enqueues a tiny operation (a 4-byte memset)
+// after which the point lies, and times from just before that enqueue to the moment the
+// waiter runs. Nothing is subtracted: the figures include enqueueing, the device's
+// launch and the notification. Variants, measured in the same rounds, interleaved:
+//   floor          a host thread spinning on a flag written by cuStreamWriteValue32
+//   reactor cb     Reactor::on_done callback (flag write, scanner thread)
+//   reactor coro   co_await reactor.when_done(stream), resumed on the scanner
+//   reactor hostfn Reactor with flag_writes = false (its host-function path)
+//   host func      cuLaunchHostFunc; the function is the waiter
+//   event poll     cuEventRecord + a thread polling cuEventQuery
+//   event sync     cuEventRecord + cuEventSynchronize
+//   stream sync    cuStreamSynchronize
+// Then the scanner's idle policy (ping-pong round trips of a host thread that awaits a
+// future and enqueues the next operation, for several spin budgets), throughput with
+// 1,024 waits in flight over 8 streams, and the CPU the reactor burns idle and busy.
+//
+// On a machine without a GPU it runs on SimDriver and says so: those figures measure the
+// simulator, not a GPU.
+//
+// usage: reactor_latency [rounds=10000] [throughput-completions=200000]
+
+#include <pthread.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <coroutine>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "xlogrt/device/device.hpp"
+#include "xlogrt/device/event_pool.hpp"
+#include "xlogrt/device/stream_pool.hpp"
+#include "xlogrt/driver/cuda_driver.hpp"
+#include "xlogrt/driver/sim_driver.hpp"
+#include "xlogrt/reactor/awaitable.hpp"
+#include "xlogrt/reactor/pinned_flags.hpp"
+#include "xlogrt/reactor/reactor.hpp"
+
+using namespace xlogrt;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ns_since(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double, std::nano>(t1 - t0).count();
+}
+
+struct Stats {
+  double median = 0;
+  double p99 = 0;
+};
+Stats stats(std::vector<double> v) {
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) {
+    return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
+  };
+  return {at(0.5), at(0.99)};
+}
+
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) return line.substr(p + 2);
+    }
+  }
+  return "unknown CPU";
+}
+
+void pause_cpu() { StdAtomics::pause(); }
+
+struct Detached {
+  struct promise_type {
+    Detached get_return_object() noexcept { return {}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_never final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { std::terminate(); }
+  };
+};
+
+/// Where a waiter records when it ran.
+struct Stamp {
+  std::atomic<std::int64_t> at{0};
+  void mark() { at.store(Clock::now().time_since_epoch().count(), std::memory_order_release); }
+  Clock::time_point wait() const {
+    std::int64_t v;
+    while ((v = at.load(std::memory_order_acquire)) == 0) pause_cpu();
+    return Clock::time_point(Clock::duration(v));
+  }
+  void reset() { at.store(0, std::memory_order_relaxed); }
+};
+
+void stamp_host_fn(void* p) { static_cast<Stamp*>(p)->mark(); }
+
+template <class D>
+Detached co_stamp(Reactor<D>& r, StreamId s, Stamp& st) {
+  auto res = co_await r.when_done(s);
+  (void)res;
+  st.mark();
+}
+
+template <class D>
+struct Bench {
+  D& d;
+  std::shared_ptr<Device<D>> device;
+  std::shared_ptr<StreamPool<D>> pool;
+  std::uint64_t buf = 0;
+  bool simulated;
+
+  typename D::stream_t stream(std::uint32_t i) const { return *pool->get(StreamId{i}); }
+  void op(std::uint32_t s, std::uint8_t v) {
+    if (!d.memset_d8_async(buf + 256 * s, v, 4, stream(s))) std::abort();
+  }
+
+  std::unique_ptr<Reactor<D>> reactor(ReactorOptions o) {
+    auto r = Reactor<D>::create(pool, o);
+    if (!r) {
+      std::fprintf(stderr, "Reactor::create: %s\n", r.error().what().c_str());
+      std::exit(1);
+    }
+    return std::move(*r);
+  }
+
+  void latency(unsigned rounds) {
+    auto flags = PinnedFlags<D>::create(d, 1);
+    if (!flags) std::abort();
+    auto ev = d.event_create();
+    auto ev_poll = d.event_create();
+    if (!ev || !ev_poll) std::abort();
+    auto reactor_flags = reactor(ReactorOptions{});
+    ReactorOptions host_only;
+    host_only.flag_writes = false;
+    auto reactor_hostfn = reactor(host_only);
+    // Stream 0 for the reactor with flags, 1 for everything else (each variant waits for
+    // its round to end before the next starts, so every stream is idle at its enqueue).
+    enum { FLOOR, R_CB, R_CORO, R_HOSTFN, HOST_FUNC, EV_POLL, EV_SYNC, STREAM_SYNC, N };
+    const char* names[N] = {"floor (spin on flag)", "reactor callback",  "reactor coroutine",
+                            "reactor, host-fn path", "launch_host_func", "event_record+poll",
+                            "event_synchronize",    "stream_synchronize"};
+    std::vector<double> lat[N];
+    for (auto& v : lat) v.reserve(rounds);
+
+    // The event poller: a thread of its own, as a polling engine would have.
+    std::atomic<int> poll_go{0};
+    std::atomic<bool> poll_stop{false};
+    Stamp poll_stamp;
+    std::thread poller([&] {
+      (void)device->make_current();
+      while (!poll_stop.load(std::memory_order_acquire)) {
+        if (poll_go.load(std::memory_order_acquire) == 0) {
+          pause_cpu();
+          continue;
+        }
+        for (;;) {
+          auto q = d.event_query(*ev_poll);
+          if (!q || *q) break;
+          pause_cpu();
+        }
+        poll_stamp.mark();
+        poll_go.store(0, std::memory_order_release);
+      }
+    });
+
+    Stamp st;
+    std::uint32_t seq = 0;
+    auto& flag = flags->word(0);
+    for (unsigned r = 0; r < rounds + 200; ++r) {  // the first 200 rounds warm up
+      const bool keep = r >= 200;
+      for (int v = 0; v < N; ++v) {
+        st.reset();
+        Clock::time_point t0, t1;
+        switch (v) {
+          case FLOOR: {
+            ++seq;
+            t0 = Clock::now();
+            op(1, 1);
+            if (!d.stream_write_value32(stream(1), flags->device_address(0), seq)) std::abort();
+            while (StdAtomics::load_flag(flag, std::memory_order_acquire) != seq) pause_cpu();
+            t1 = Clock::now();
+            break;
+          }
+          case R_CB:
+            t0 = Clock::now();
+            op(0, 2);
+            if (!reactor_flags->on_done(StreamId{0}, [&st](result<void>) { st.mark(); })) std::abort();
+            t1 = st.wait();
+            break;
+          case R_CORO:
+            t0 = Clock::now();
+            op(0, 3);
+            co_stamp(*reactor_flags, StreamId{0}, st);
+            t1 = st.wait();
+            break;
+          case R_HOSTFN:
+            t0 = Clock::now();
+            op(1, 4);
+            if (!reactor_hostfn->on_done(StreamId{1}, [&st](result<void>) { st.mark(); })) std::abort();
+            t1 = st.wait();
+            break;
+          case HOST_FUNC:
+            t0 = Clock::now();
+            op(1, 5);
+            if (!d.launch_host_func(stream(1), &stamp_host_fn, &st)) std::abort();
+            t1 = st.wait();
+            break;
+          case EV_POLL:
+            poll_stamp.reset();
+            t0 = Clock::now();
+            op(1, 6);
+            if (!d.event_record(*ev_poll, stream(1))) std::abort();
+            poll_go.store(1, std::memory_order_release);
+            t1 = poll_stamp.wait();
+            while (poll_go.load(std::memory_order_acquire) != 0) pause_cpu();
+            break;
+          case EV_SYNC:
+            t0 = Clock::now();
+            op(1, 7);
+            if (!d.event_record(*ev, stream(1)) || !d.event_synchronize(*ev)) std::abort();
+            t1 = Clock::now();
+            break;
+          case STREAM_SYNC:
+            t0 = Clock::now();
+            op(1, 8);
+            if (!d.stream_synchronize(stream(1))) std::abort();
+            t1 = Clock::now();
+            break;
+        }
+        if (keep) lat[v].push_back(ns_since(t0, t1));
+        // Let both streams drain fully so that the next variant starts on idle streams.
+        if (!d.stream_synchronize(stream(0)) || !d.stream_synchronize(stream(1))) std::abort();
+      }
+    }
+    poll_stop.store(true, std::memory_order_release);
+    poller.join();
+
+    const Stats floor = stats(lat[FLOOR]);
+    std::printf("\n## Latency: stream reaches the point -> the waiter runs (idle stream, %u rounds)\n\n",
+                rounds);
+    std::printf("| variant | median us | p99 us | median / floor | p99 / floor p99 |\n");
+    std::printf("|---|---:|---:|---:|---:|\n");
+    for (int v = 0; v < N; ++v) {
+      const Stats s = stats(lat[v]);
+      std::printf("| %s | %.2f | %.2f | %.2fx | %.2fx |\n", names[v], s.median / 1e3, s.p99 / 1e3,
+                  s.median / floor.median, s.p99 / floor.p99);
+    }
+    const Stats cb = stats(lat[R_CB]);
+    const Stats hf = stats(lat[HOST_FUNC]);
+    std::printf("\nTargets: reactor median <= 1.25x floor: %.2fx %s; >= 2.5x faster than "
+                "launch_host_func: %.2fx %s; p99 <= 2x floor p99: %.2fx %s\n",
+                cb.median / floor.median, cb.median <= 1.25 * floor.median ? "(met)" : "(NOT met)",
+                hf.median / cb.median, hf.median >= 2.5 * cb.median ? "(met)" : "(NOT met)",
+                cb.p99 / floor.p99, cb.p99 <= 2 * floor.p99 ? "(met)" : "(NOT met)");
+    const ReactorCounters c = reactor_flags->counters();
+    std::printf("reactor (flags): armed %llu, completed %llu, fallbacks %llu, wakeups %llu, parks %llu\n",
+                static_cast<unsigned long long>(c.armed), static_cast<unsigned long long>(c.completed),
+                static_cast<unsigned long long>(c.fallbacks), static_cast<unsigned long long>(c.wakeups),
+                static_cast<unsigned long long>(c.parks));
+    (void)d.event_destroy(*ev);
+    (void)d.event_destroy(*ev_poll);
+  }
+
+  /// Ping-pong: a host thread awaits a future, then enqueues the next operation. The
+  /// scanner sees nothing armed between two rounds, so its idle policy decides whether
+  /// the next arm finds it polling or parked.
+  void idle_policy(unsigned rounds) {
+    struct Policy {
+      const char* name;
+      std::chrono::nanoseconds spin, yield, nap;
+    };
+    const ReactorOptions def;
+    const Policy policies[] = {
+        {"park at once (spin 0, yield 0)", 0ns, 0ns, def.nap_max},
+        {"spin 5 us, yield 20 us", 5us, 20us, def.nap_max},
+        {"default (spin 50 us, yield 450 us)", def.spin_for, def.yield_for, def.nap_max},
+        {"spin 2 ms", 2ms, 0ns, def.nap_max},
+    };
+    std::printf("\n## Scanner idle policy: ping-pong round trip (future.get, then enqueue), %u rounds\n\n",
+                rounds);
+    std::printf("| policy | median us | p99 us | wakeups/round | scanner CPU / wall |\n");
+    std::printf("|---|---:|---:|---:|---:|\n");
+    for (const Policy& p : policies) {
+      ReactorOptions o;
+      o.spin_for = p.spin;
+      o.yield_for = p.yield;
+      o.nap_max = p.nap;
+      auto r = reactor(o);
+      std::vector<double> v;
+      v.reserve(rounds);
+      const auto w0 = Clock::now();
+      const auto c0 = r->scanner_cpu_time();
+      for (unsigned i = 0; i < rounds + 100; ++i) {
+        const auto t0 = Clock::now();
+        op(2, 1);
+        auto f = r->when_done_future(StreamId{2});
+        if (!f) std::abort();
+        f->get();
+        if (i >= 100) v.push_back(ns_since(t0, Clock::now()));
+      }
+      const double wall = ns_since(w0, Clock::now());
+      const double cpu = static_cast<double>((r->scanner_cpu_time() - c0).count());
+      const Stats s = stats(v);
+      std::printf("| %s | %.2f | %.2f | %.2f | %.0f%% |\n", p.name, s.median / 1e3, s.p99 / 1e3,
+                  static_cast<double>(r->counters().wakeups) / (rounds + 100), 100 * cpu / wall);
+    }
+  }
+
+  /// Completions per second with `in_flight` waits armed over 8 streams: every completion
+  /// enqueues the next operation on its stream and re-arms, from the scanner.
+  void throughput(std::uint64_t total, unsigned in_flight) {
+    auto r = reactor(ReactorOptions{});
+    struct Shared {
+      Bench* b;
+      Reactor<D>* r;
+      std::atomic<std::uint64_t> started{0};
+      std::atomic<std::uint64_t> done{0};
+      std::uint64_t total;
+    } sh{this, r.get(), {}, {}, total};
+    struct Rearm {
+      Shared* sh;
+      std::uint32_t s;
+      void operator()(result<void>) const {
+        sh->done.fetch_add(1, std::memory_order_relaxed);
+        if (sh->started.fetch_add(1, std::memory_order_relaxed) < sh->total) {
+          sh->b->op(s, 1);
+          if (!sh->r->on_done(StreamId{s}, Rearm{sh, s})) std::abort();
+        }
+      }
+    };
+    const double cpu0 = process_cpu_s();
+    const auto sc0 = r->scanner_cpu_time();
+    const auto t0 = Clock::now();
+    for (unsigned i = 0; i < in_flight; ++i) {
+      const std::uint32_t s = i % 8;
+      sh.started.fetch_add(1);
+      op(s, 1);
+      if (!r->on_done(StreamId{s}, Rearm{&sh, s})) std::abort();
+    }
+    while (sh.done.load(std::memory_order_relaxed) < total) std::this_thread::sleep_for(100us);
+    const double wall = ns_since(t0, Clock::now());
+    const double cpu = process_cpu_s() - cpu0;
+    const double scanner = static_cast<double>((r->scanner_cpu_time() - sc0).count());
+    const ReactorCounters c = r->counters();
+    std::printf("\n## Throughput: %u waits in flight over 8 streams, re-armed from the callback\n\n",
+                in_flight);
+    std::printf("| completions | seconds | completions/s | fallbacks | scanner CPU / wall | process CPU / wall |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("| %llu | %.3f | %.0f | %llu | %.0f%% | %.0f%% |\n",
+                static_cast<unsigned long long>(c.completed), wall / 1e9,
+                static_cast<double>(c.completed) / (wall / 1e9),
+                static_cast<unsigned long long>(c.fallbacks), 100 * scanner / wall, 100 * cpu * 1e9 / wall);
+
+    // Idle: once parked, the scanner should burn nothing.
+    const auto p0 = Clock::now();
+    while (r->counters().parks == c.parks && Clock::now() - p0 < 5s) std::this_thread::sleep_for(1ms);
+    const auto i0 = r->scanner_cpu_time();
+    const double pc0 = process_cpu_s();
+    std::this_thread::sleep_for(1s);
+    const double idle_scanner = static_cast<double>((r->scanner_cpu_time() - i0).count());
+    const double idle_process = process_cpu_s() - pc0;
+    std::printf("\nIdle (nothing armed, 1 s after parking): scanner CPU %.1f us (%.4f%% of wall), "
+                "process CPU %.1f us\n",
+                idle_scanner / 1e3, 100 * idle_scanner / 1e9, idle_process * 1e6);
+  }
+};
+
+template <class D>
+int run(D& d, bool simulated, unsigned rounds, std::uint64_t completions) {
+  Bench<D> b{d, {}, {}, 0, simulated};
+  auto dev = Device<D>::open(d, 0);
+  if (!dev) {
+    std::fprintf(stderr, "%s\n", dev.error().what().c_str());
+    return 1;
+  }
+  b.device = *dev;
+  auto pool = StreamPool<D>::create(b.device, 8);
+  if (!pool) return 1;
+  b.pool = *pool;
+  if (!b.device->make_current()) return 1;
+  auto buf = d.mem_alloc(256 * 8);
+  if (!buf) return 1;
+  b.buf = *buf;
+  std::printf("# reactor_latency: %s, driver %s; host: %s, %u cores; g++ %d.%d%s\n",
+              b.device->info().name.c_str(), D::kind, cpu_model().c_str(),
+              std::thread::hardware_concurrency(), __GNUC__, __GNUC_MINOR__,
+#if defined(__OPTIMIZE__)
+              ", optimised"
+#else
+              ", unoptimised"
+#endif
+  );
+  if (simulated) {
+    std::printf("# SIMULATED: no GPU here; these figures measure SimDriver's executor threads, "
+                "not a GPU. Do not compare them with the targets.\n");
+  }
+  b.latency(rounds);
+  b.idle_policy(std::max(1000u, rounds / 5));
+  b.throughput(completions, 1024);
+  (void)d.mem_free(b.buf);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const unsigned rounds = argc > 1 ? static_cast<unsigned>(std::atoi(argv[1])) : 10000;
+  std::uint64_t completions = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 200000;
+  auto cuda = CudaDriver::open();
+  if (cuda) {
+    auto n = (*cuda)->device_count();
+    if (n && *n > 0) return run(**cuda, false, rounds, completions);
+  }
+  std::printf("# no usable GPU (%s): running on SimDriver\n",
+              cuda ? "no device" : cuda.error().what().c_str());
+  SimConfig cfg;
+  cfg.devices = 1;
+  cfg.memory_bytes = std::size_t{64} << 20;
+  cfg.worker_threads = 2;
+  cfg.check_hazards = false;
+  SimDriver sim(cfg);
+  if (argc <= 2) completions = 20000;
+  return run(sim, true, rounds, completions);
+}
