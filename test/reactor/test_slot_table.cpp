@@ -364,20 +364,20 @@ TEST_CASE("the policy spreads thread hints as far apart as it can", "[reactor][s
 
 TEST_CASE("threads: one slot handed off while the scanner races flag and publish",
           "[reactor][slot][threads]") {
-  run_on_threads<slot_scenarios::Handoff>(SANITIZED ? 300 : 2000);
+  run_on_threads<slot_scenarios::Handoff>(SANITIZED ? 1000 : 5000);
 }
 
 TEST_CASE("threads: two publishes race the scanner's summary clear", "[reactor][slot][threads]") {
-  run_on_threads<slot_scenarios::TwoPublishers>(SANITIZED ? 300 : 2000);
+  run_on_threads<slot_scenarios::TwoPublishers>(SANITIZED ? 1000 : 5000);
 }
 
 TEST_CASE("threads: three registrants claim two slots", "[reactor][slot][threads]") {
-  run_on_threads<slot_scenarios::ClaimRace>(SANITIZED ? 300 : 2000);
+  run_on_threads<slot_scenarios::ClaimRace>(SANITIZED ? 1000 : 5000);
 }
 
 TEST_CASE("threads: a registrant claims the slot the scanner recycles",
           "[reactor][slot][threads]") {
-  run_on_threads<slot_scenarios::ClaimRecycle>(SANITIZED ? 300 : 2000);
+  run_on_threads<slot_scenarios::ClaimRecycle>(SANITIZED ? 1000 : 5000);
 }
 
 TEST_CASE("threads: registrants claim every slot of a table concurrently, each once",
@@ -596,7 +596,7 @@ void stress(const StressConfig& c) {
 
 TEMPLATE_TEST_CASE("stress: many registrants, one scanner, a modelled device",
                    "[reactor][slot][stress]", StdAtomics, JitterAtomics) {
-  const std::size_t per = SANITIZED ? 5000 : 25000;
+  const std::size_t per = SANITIZED ? 20000 : 100000;
   SECTION("256 slots, spinning scanner") { stress<TestType>({256, 8, per, false}); }
   SECTION("256 slots, parking scanner") { stress<TestType>({256, 8, per, true}); }
   SECTION("16 slots: registrants wait on exhaustion") { stress<TestType>({16, 4, per, true}); }
