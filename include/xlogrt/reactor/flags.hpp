@@ -27,7 +27,7 @@ concept SlotFlags = requires(F& f, const F& cf, std::size_t slot) {
 
 /// `size` flag words in host memory, each value-initialised (0: pending). Move-only.
 ///
-/// Thread-safe: the words are read and written only through an Atomics policy; the object
+/// Thread-safe. The words are read and written only through an Atomics policy; the object
 /// itself is not modified after construction.
 template <class Word = std::uint32_t>
 class BasicHostFlags {

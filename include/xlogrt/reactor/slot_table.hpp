@@ -18,7 +18,8 @@
 // A claimed slot that is not yet published has neither bit. Every slot has one payload
 // cell. Above the words sits one summary word: bit g set means "some word of group g
 // may be non-empty" (a group is 1 word up to 4096 slots, then 2, 4, ... words). The
-// table is idle exactly when the summary is 0.
+// table is idle when the summary is 0: no slot is armed then, except one whose publisher
+// is between its two read-modify-writes and will report the idle transition itself.
 //
 // Claim and recycle. claim() starts at the calling thread's home word (a per-thread hint
 // spread over the words) and takes the lowest free bit with fetch_and(acquire); the bit
@@ -34,22 +35,27 @@
 // the payload. For each armed slot it reads the flag with acquire (pairing with the
 // writer's release on host flags) and, for the completed ones, takes the payloads,
 // clears their active bits in one fetch_and and recycles them in one fetch_or. The
-// scanner is the only consumer, and a slot cannot be claimed again until recycled, so
-// take() races nothing.
+// fetch_and is relaxed: it is sequenced before the recycle, whose release carries it to
+// the slot's next owner. The scanner is the only consumer, and a slot cannot be claimed
+// again until recycled, so take() races nothing.
 //
 // Idle accounting (the summary). A publisher whose active fetch_or returned 0 turned the
 // word non-empty, and it alone then sets the group's summary bit with fetch_or(release).
 // If that fetch_or returned 0 the whole table was idle: publish() returns true, and the
 // caller wakes the scanner. Everyone else returns false without touching the summary. A
-// scan pass visits only the groups set in the summary; for each group whose words it
-// leaves empty, it clears the bit with fetch_and(acq_rel), then re-reads the group's
-// words and sets the bit back if one is non-empty. The re-read is what keeps a publish
-// from being stranded: a publisher that turned a word non-empty either set its summary
-// bit before the clear, and then the clear's acquire (reading that release, or a later
-// value in its release sequence) makes the publisher's active bit visible to the re-read,
-// or set it after the clear, and then its bit stands. A scanner that finds the summary 0
-// may therefore park: any slot armed later comes with a publisher that reports the idle
-// transition and wakes it.
+// scan pass loads the summary (acquire, pairing with the publishers' release) and visits
+// only the groups set in it; for each group whose words it leaves empty, it clears the
+// bit with fetch_and(acq_rel), then re-reads the group's words (relaxed: the clear's
+// acquire already ordered what matters) and sets the bit back (relaxed: only the scanner
+// reads it for work) if one is non-empty. The re-read is what keeps a publish from being
+// stranded: a publisher that turned a word non-empty either set its summary bit before
+// the clear, and then the clear's acquire (reading that release, or a later value in its
+// release sequence) makes the publisher's active bit visible to the re-read, or set it
+// after the clear, and then its bit stands. A scanner that finds the summary 0 may
+// therefore park: any slot armed later comes with a publisher that reports the idle
+// transition and wakes it. That wake must synchronise with the scanner (a release its
+// wait acquires, as every mutex, condition variable or futex parker provides), or the
+// woken scanner could still read the summary from before the publish.
 //
 // Why not the simpler ways.
 // - A mutex-guarded vector as the free list serialises every claim and every recycle on
@@ -331,8 +337,6 @@ class SlotTable {
     if (done == 0) return armed;
     reserve_more(woken, static_cast<std::size_t>(std::popcount(done)));
     if constexpr (Protocol::take_before_recycle) take_all(w, done, woken);
-    // Relaxed: this clear is sequenced before the recycle below, whose release carries it
-    // to the slot's next owner; the old value it returns is all the pass needs from it.
     const word_t left = word.active.fetch_and(~done, std::memory_order_relaxed) & ~done;
     word.free.fetch_or(done, Protocol::recycle);
     if constexpr (!Protocol::take_before_recycle) take_all(w, done, woken);
