@@ -107,15 +107,25 @@ class BlockTable {
     return f(slot->entry);
   }
 
-  /// Removes the live block `id` after `f(Entry&)` (run under the shard lock) returns
-  /// success; on f's failure the block stays live and f's error is returned.
+  /// Removes the live block `id` after `f(Entry&)` returns success; on f's failure the
+  /// block stays live and f's error is returned. f runs WITHOUT the shard lock (it makes
+  /// the driver calls of a free, which may wait on the driver's own locks): the slot is
+  /// first marked as being freed, which makes it look freed to every other call (a
+  /// concurrent free of a forged duplicate is a double_free, a use is stale_block), so f
+  /// has the entry to itself; slot storage never moves.
   template <class F>
   result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
     Shard* s;
     Slot* slot;
-    std::unique_lock<detail::SpinLock> lock;
-    if (auto e = find(id, Lookup::free, block, s, slot, lock); e) return std::move(*e);
-    if (auto r = f(slot->entry); !r) return r;
+    {
+      std::unique_lock<detail::SpinLock> lock;
+      if (auto e = find(id, Lookup::free, block, s, slot, lock); e) return std::move(*e);
+      slot->freeing = true;
+    }
+    result<void> r = f(slot->entry);
+    std::lock_guard lock(s->mu);
+    slot->freeing = false;
+    if (!r) return r;
     slot->live = false;
     s->add_live(-static_cast<std::int64_t>(slot->bytes));
     slot->entry = Entry{};
@@ -131,7 +141,7 @@ class BlockTable {
       std::lock_guard lock(s.mu);
       for (std::uint32_t i = 0; i < s.used; ++i) {
         const Slot& slot = s.at(i);
-        if (slot.live) f(slot.entry);
+        if (slot.live && !slot.freeing) f(slot.entry);
       }
     }
   }
@@ -146,6 +156,7 @@ class BlockTable {
     std::size_t bytes = 0;
     std::uint32_t generation = 0;
     bool live = false;
+    bool freeing = false;  // erase_if's callback is running on it, without the lock
   };
   struct alignas(64) Shard {
     mutable detail::SpinLock mu;
@@ -191,7 +202,7 @@ class BlockTable {
       return error{errc::foreign_block, "block " + id.to_string() + " names no slot of this resource"};
     }
     slot = &s->at(local);
-    if (!slot->live || slot->generation != id.generation) {
+    if (!slot->live || slot->freeing || slot->generation != id.generation) {
       if (why == Lookup::free) {
         return error{errc::double_free, "block " + id.to_string() + " was already freed"};
       }
