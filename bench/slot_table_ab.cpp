@@ -287,6 +287,13 @@ int main(int argc, char** argv) {
 #endif
               __GNUC__, __GNUC_MINOR__);
 
+  if (std::thread::hardware_concurrency() < threads + 1) {
+    std::printf("note: %u registrants and a scanner share %u hardware threads: a never-park\n"
+                "      scanner holds a core the registrants need, so those rows measure the\n"
+                "      OS scheduler more than the table\n",
+                threads, std::thread::hardware_concurrency());
+  }
+
   struct Row {
     const char* regime;
     const Config* cfg;
