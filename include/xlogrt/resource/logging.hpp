@@ -219,7 +219,7 @@ class RingSink {
 /// Thread-safe. (As the sink is; every shipped sink is.) Construction and moves
 /// happen-before use.
 template <DeviceMemoryResource Upstream, LogSink Sink = FileSink>
-class Logging : public detail::DriverTypeOf<Upstream> {
+class Logging : public detail::Forwarding<Logging<Upstream, Sink>, Upstream> {
  public:
   static constexpr bool supports_block_use_tracking = Upstream::supports_block_use_tracking;
   static constexpr bool frees_synchronously = SynchronousFree<Upstream>;
@@ -270,39 +270,7 @@ class Logging : public detail::DriverTypeOf<Upstream> {
   std::uint64_t dropped() const noexcept { return sink_.dropped(); }
   result<void> flush() noexcept { return sink_.flush(); }
 
-  // ---- forwarded ------------------------------------------------------------------
-
-  result<void> record_block_use(const DeviceBlock& b, StreamId use) noexcept
-    requires TrackingResource<Upstream>
-  {
-    return up_.record_block_use(b, use);
-  }
-  result<void> prepare_block_use(BlockId id, StreamId use, Access a) noexcept
-    requires TrackingResource<Upstream>
-  {
-    return up_.prepare_block_use(id, use, a);
-  }
-  result<void> finish_block_use(BlockId id, StreamId use, Access a) noexcept
-    requires TrackingResource<Upstream>
-  {
-    return up_.finish_block_use(id, use, a);
-  }
-
-  decltype(auto) driver() noexcept
-    requires DriverResource<Upstream>
-  {
-    return up_.driver();
-  }
-  auto stream_handle(StreamId s) noexcept
-    requires DriverResource<Upstream>
-  {
-    return up_.stream_handle(s);
-  }
-  result<void> make_current() noexcept
-    requires DriverResource<Upstream>
-  {
-    return up_.make_current();
-  }
+  // ---- upstream (the optional capabilities are forwarded by detail::Forwarding) ----
 
   Upstream& upstream() noexcept { return up_; }
   const Upstream& upstream() const noexcept { return up_; }

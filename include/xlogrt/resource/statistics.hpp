@@ -89,7 +89,7 @@ struct StatisticsOptions {
 ///
 /// Thread-safe; lock-free. Construction and moves happen-before use.
 template <DeviceMemoryResource Upstream>
-class Statistics : public detail::DriverTypeOf<Upstream> {
+class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
  public:
   static constexpr bool supports_block_use_tracking = Upstream::supports_block_use_tracking;
   static constexpr bool frees_synchronously = SynchronousFree<Upstream>;
@@ -155,39 +155,7 @@ class Statistics : public detail::DriverTypeOf<Upstream> {
     return s;
   }
 
-  // ---- forwarded ------------------------------------------------------------------
-
-  result<void> record_block_use(const DeviceBlock& b, StreamId use) noexcept
-    requires TrackingResource<Upstream>
-  {
-    return up_.record_block_use(b, use);
-  }
-  result<void> prepare_block_use(BlockId id, StreamId use, Access a) noexcept
-    requires TrackingResource<Upstream>
-  {
-    return up_.prepare_block_use(id, use, a);
-  }
-  result<void> finish_block_use(BlockId id, StreamId use, Access a) noexcept
-    requires TrackingResource<Upstream>
-  {
-    return up_.finish_block_use(id, use, a);
-  }
-
-  decltype(auto) driver() noexcept
-    requires DriverResource<Upstream>
-  {
-    return up_.driver();
-  }
-  auto stream_handle(StreamId s) noexcept
-    requires DriverResource<Upstream>
-  {
-    return up_.stream_handle(s);
-  }
-  result<void> make_current() noexcept
-    requires DriverResource<Upstream>
-  {
-    return up_.make_current();
-  }
+  // ---- upstream (the optional capabilities are forwarded by detail::Forwarding) ----
 
   Upstream& upstream() noexcept { return up_; }
   const Upstream& upstream() const noexcept { return up_; }

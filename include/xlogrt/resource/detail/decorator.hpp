@@ -33,6 +33,47 @@ struct DriverTypeOf<Up, true> {
   using driver_type = typename Up::driver_type;
 };
 
+/// Base of a decorator `Derived` over `Up` that passes the optional capabilities through
+/// unchanged: the tracking calls exist exactly when Up tracks, the DriverResource members
+/// exactly when Up has them, each forwarded to `Derived::upstream()`. A decorator that
+/// changes none of them derives from this and writes only what it adds.
+template <class Derived, class Up>
+struct Forwarding : DriverTypeOf<Up> {
+  result<void> record_block_use(const DeviceBlock& b, StreamId use) noexcept
+    requires TrackingResource<Up>
+  {
+    return up().record_block_use(b, use);
+  }
+  result<void> prepare_block_use(BlockId id, StreamId use, Access a) noexcept
+    requires TrackingResource<Up>
+  {
+    return up().prepare_block_use(id, use, a);
+  }
+  result<void> finish_block_use(BlockId id, StreamId use, Access a) noexcept
+    requires TrackingResource<Up>
+  {
+    return up().finish_block_use(id, use, a);
+  }
+  decltype(auto) driver() noexcept
+    requires DriverResource<Up>
+  {
+    return up().driver();
+  }
+  auto stream_handle(StreamId s) noexcept
+    requires DriverResource<Up>
+  {
+    return up().stream_handle(s);
+  }
+  result<void> make_current() noexcept
+    requires DriverResource<Up>
+  {
+    return up().make_current();
+  }
+
+ private:
+  Up& up() noexcept { return static_cast<Derived&>(*this).upstream(); }
+};
+
 // ---- archetypes (compile-time checks only) --------------------------------------------
 
 /// A resource with exactly the DeviceMemoryResource members.
