@@ -24,7 +24,7 @@ namespace xlogrt {
 /// SlotFlags<PinnedFlags<D>, StdAtomics>. Move-only; frees the memory when destroyed
 /// (unless leak() was called, or the process is exiting).
 ///
-/// Thread-safe: the words are read and written only through an Atomics policy; the object
+/// Thread-safe. The words are read and written only through an Atomics policy; the object
 /// itself is not modified after creation, except by move, leak() and destruction, which
 /// must happen-after every other use.
 template <Driver D>
