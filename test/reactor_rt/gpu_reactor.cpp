@@ -7,6 +7,7 @@
 // whole context, and with it every later test of the process.
 
 #define CATCH_CONFIG_RUNNER
+#include "../gpu_main.hpp"
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -85,17 +86,4 @@ TEST_CASE("gpu: ping-pong, 100,000 rounds", "[gpu]") {
               us.count() / 100000);
 }
 
-int main(int argc, char** argv) {
-  auto d = CudaDriver::open();
-  if (!d) {
-    std::printf("SKIP: %s\n", d.error().what().c_str());
-    return 77;
-  }
-  auto n = (*d)->device_count();
-  if (!n || *n == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 77;
-  }
-  g_driver = *d;
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return xlogrt::testing::run_gpu_tests(argc, argv, g_driver); }

@@ -3,6 +3,7 @@
 // SKIP) when the machine has no CUDA driver or no device; never passes without running.
 
 #define CATCH_CONFIG_RUNNER
+#include "../gpu_main.hpp"
 #include "conformance.hpp"
 #include "stacks.hpp"
 
@@ -120,17 +121,4 @@ TEST_CASE("AsyncCuda's hot paths work from a thread with no current context", "[
   CHECK(stack->bytes_outstanding() == 0);
 }
 
-int main(int argc, char** argv) {
-  auto d = CudaDriver::open();
-  if (!d) {
-    std::printf("SKIP: %s\n", d.error().what().c_str());
-    return 77;
-  }
-  auto n = (*d)->device_count();
-  if (!n || *n == 0) {
-    std::printf("SKIP: no CUDA device\n");
-    return 77;
-  }
-  gpu = *d;
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return xlogrt::testing::run_gpu_tests(argc, argv, gpu); }

@@ -55,6 +55,23 @@ struct NullSink {
   result<void> flush() noexcept { return ok(); }
 };
 
+namespace detail {
+/// What FileSink and OStreamSink share: a LogWriter (ring + writer thread), or none.
+class WriterSink {
+ public:
+  static constexpr bool enabled = true;
+  bool active() const noexcept { return w_ != nullptr; }
+  void write(const LogRecord& r) noexcept {
+    if (w_) w_->push(r);
+  }
+  std::uint64_t dropped() const noexcept { return w_ ? w_->dropped() : 0; }
+  result<void> flush() noexcept { return w_ ? w_->flush() : ok(); }
+
+ protected:
+  std::unique_ptr<LogWriter> w_;
+};
+}  // namespace detail
+
 /// Writes CSV to a file, truncated at open, through a lock-free ring drained by a writer
 /// thread (allocating threads never wait for the file). A default-constructed FileSink
 /// has no file and logs nothing (what an unset XLOGRT_LOG_FILE gives). Each batch is
@@ -63,9 +80,8 @@ struct NullSink {
 ///
 /// Thread-safe. write() from any thread; construction and moves happen-before use,
 /// destruction after.
-class FileSink {
+class FileSink : public detail::WriterSink {
  public:
-  static constexpr bool enabled = true;
 
   FileSink() noexcept = default;
 
@@ -85,26 +101,14 @@ class FileSink {
     s.w_ = std::move(*w);
     return s;
   }
-
-  bool active() const noexcept { return w_ != nullptr; }
-  void write(const LogRecord& r) noexcept {
-    if (w_) w_->push(r);
-  }
-  std::uint64_t dropped() const noexcept { return w_ ? w_->dropped() : 0; }
-  result<void> flush() noexcept { return w_ ? w_->flush() : ok(); }
-
- private:
-  std::unique_ptr<detail::LogWriter> w_;
 };
 
 /// Writes CSV to a caller's std::ostream (which must outlive the sink and not be written
 /// by anyone else meanwhile), through the same ring and writer thread as FileSink.
 ///
 /// Thread-safe. write() from any thread.
-class OStreamSink {
+class OStreamSink : public detail::WriterSink {
  public:
-  static constexpr bool enabled = true;
-
   /// Errors: sink_failure when the header cannot be written or the thread not started.
   static result<OStreamSink> open(std::ostream& os, LogSinkOptions options = {}) noexcept {
     auto w = detail::LogWriter::start(nullptr, &os, options);
@@ -114,16 +118,8 @@ class OStreamSink {
     return s;
   }
 
-  bool active() const noexcept { return w_ != nullptr; }
-  void write(const LogRecord& r) noexcept {
-    if (w_) w_->push(r);
-  }
-  std::uint64_t dropped() const noexcept { return w_ ? w_->dropped() : 0; }
-  result<void> flush() noexcept { return w_ ? w_->flush() : ok(); }
-
  private:
   OStreamSink() noexcept = default;
-  std::unique_ptr<detail::LogWriter> w_;
 };
 
 /// Keeps the last `capacity` records in memory (older ones are overwritten, counted in
