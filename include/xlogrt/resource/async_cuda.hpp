@@ -52,7 +52,14 @@ struct AsyncCudaOptions {
 /// already ordered before the free: their event is recorded only when another stream
 /// must wait for them (so single-stream code makes no event call at all). deallocate
 /// makes A wait for every use on another stream, then queues the free on A.
-/// Events come from the resource's EventPool and are re-recorded in place.
+/// Events come from the resource's EventPool and are re-recorded in place; a block keeps
+/// the events of its ended uses for its next ones and gives them all back when freed.
+///
+/// Same-stream fast path. While every use of a block since its last write ran on the
+/// alloc stream and none has been recorded ("quiet"), a use on the alloc stream needs
+/// neither a wait nor an event nor any change of state: prepare and finish then only
+/// check the id, without a lock (BlockTable::peek reads the block's `quiet_stream`
+/// atomic, which every locked change of the state refreshes).
 ///
 /// Contexts: every driver call on the hot paths (allocate, deallocate, prepare, finish)
 /// names its stream, pool or event, which carry their context, so these paths do not
@@ -112,7 +119,7 @@ class AsyncCuda {
     auto a = streams_->get(b.alloc_stream());
     if (!a) return std::move(a).error();
     auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) -> result<void> {
-      if (auto w = t.for_each_other([&](Use& u) { return wait_for(*a, u); }); !w) return w;
+      if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, *a, u); }); !w) return w;
       if (auto f = driver().mem_free_async(b.ptr(), *a); !f) return f;
       t.release_events(state_->events);
       // Counted pending before the table stops counting it live: a concurrent
@@ -169,15 +176,16 @@ class AsyncCuda {
   result<void> prepare_block_use(BlockId id, StreamId use, Access access) noexcept {
     auto s = streams_->get(use);
     if (!s) return std::move(s).error();
-    return state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
+    if (quiet_on(id, use)) return ok();
+    return tracked(id, nullptr, [&](Track& t) -> result<void> {
       if (t.write.stream != use && !t.write_waited(use)) {
-        if (auto w = wait_for(*s, t.write); !w) return w;
+        if (auto w = wait_for(t, *s, t.write); !w) return w;
         t.mark_write_waited(use);
       }
       if (writes(access)) {
         for (Use& rd : t.reads) {
           if (rd.stream == use) continue;
-          if (auto w = wait_for(*s, rd); !w) return w;
+          if (auto w = wait_for(t, *s, rd); !w) return w;
         }
       }
       return ok();
@@ -186,6 +194,7 @@ class AsyncCuda {
 
   /// Call AFTER enqueuing work on `use` that touches block `id` with `access`.
   result<void> finish_block_use(BlockId id, StreamId use, Access access) noexcept {
+    if (quiet_on(id, use)) return ok();
     return finish(id, use, access, nullptr);
   }
 
@@ -213,12 +222,41 @@ class AsyncCuda {
     bool recorded = false;
   };
   struct Track {
+    static constexpr std::uint32_t NOT_QUIET = 0xffffffffu;  // no pool has that many streams
     Track() = default;
-    explicit Track(StreamId alloc) : alloc_stream(alloc), write{alloc} {}
+    explicit Track(StreamId alloc) : alloc_stream(alloc), write{alloc}, quiet_stream(alloc.value) {}
+    Track(Track&& o) noexcept { *this = std::move(o); }
+    Track& operator=(Track&& o) noexcept {  // under the slot's lock
+      alloc_stream = o.alloc_stream;
+      write = o.write;
+      reads = std::move(o.reads);
+      spare = std::move(o.spare);
+      waited = o.waited;
+      quiet_stream.store(o.quiet_stream.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      return *this;
+    }
     StreamId alloc_stream{};
     Use write{};               // the last write (at first: the allocation, on alloc_stream)
     std::vector<Use> reads;    // one per distinct stream since that write
+    std::vector<event_t> spare;  // events of ended uses, for the block's next ones
     std::uint64_t waited = 0;  // streams (ids < 64) that already waited for `write`
+    // alloc_stream while the block is quiet (see the class comment), NOT_QUIET otherwise.
+    // Written under the slot's lock after each change of the fields above; read by peek.
+    std::atomic<std::uint32_t> quiet_stream{NOT_QUIET};
+
+    /// Whether a use on alloc_stream would change nothing: the last write and every read
+    /// since are lazy uses on alloc_stream, and no stream waited for them.
+    bool quiet() const noexcept {
+      if (write.stream != alloc_stream || write.recorded || waited != 0) return false;
+      for (const Use& r : reads) {
+        if (r.stream != alloc_stream || r.recorded) return false;
+      }
+      return true;
+    }
+    void refresh_quiet() noexcept {
+      // Release: pairs with quiet_on's acquire, for the order of the slot's tag checks.
+      quiet_stream.store(quiet() ? alloc_stream.value : NOT_QUIET, std::memory_order_release);
+    }
 
     bool write_waited(StreamId s) const noexcept { return s.value < 64 && (waited >> s.value & 1u); }
     void mark_write_waited(StreamId s) noexcept {
@@ -237,13 +275,25 @@ class AsyncCuda {
       }
       return ok();
     }
+    /// Keeps the event of an ended use for this block's next use: a block used across
+    /// streams again and again then never goes back to the shared pool.
+    void keep(const Use& u, EventPool<D>& pool) noexcept {
+      if (!u.has_event) return;
+      try {
+        spare.push_back(u.event);
+      } catch (...) {
+        pool.release(u.event);
+      }
+    }
     void release_events(EventPool<D>& pool) noexcept {
       if (write.has_event) pool.release(write.event);
       for (Use& r : reads) {
         if (r.has_event) pool.release(r.event);
       }
+      for (event_t e : spare) pool.release(e);
       write = Use{};
       reads.clear();
+      spare.clear();
     }
   };
   /// A stream's queued frees, as two monotonic byte counts: queued (raised by deallocate)
@@ -268,13 +318,35 @@ class AsyncCuda {
       : streams_(std::move(streams)),
         state_(std::make_unique<State>(streams_->device())) {}
 
+  /// Whether a use of `id` on `use` is on the alloc stream of a quiet block (no lock).
+  bool quiet_on(BlockId id, StreamId use) const noexcept {
+    return state_->table.peek(id, [use](const Track& t) noexcept {
+      return t.quiet_stream.load(std::memory_order_acquire) == use.value;
+    });
+  }
+
+  /// Runs f(Track&) under the block's lock, then refreshes its quiet mark.
+  template <class F>
+  result<void> tracked(BlockId id, const DeviceBlock* block, F&& f) noexcept {
+    return state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
+      result<void> r = f(t);
+      t.refresh_quiet();
+      return r;
+    }, block);
+  }
+
   /// Records `u`'s event on its stream now (a lazy use on the alloc stream).
-  result<void> resolve(Use& u) noexcept {
+  result<void> resolve(Track& t, Use& u) noexcept {
     if (u.recorded) return ok();
     if (!u.has_event) {
-      auto e = state_->events.acquire();
-      if (!e) return std::move(e).error();
-      u.event = *e;
+      if (!t.spare.empty()) {
+        u.event = t.spare.back();
+        t.spare.pop_back();
+      } else {
+        auto e = state_->events.acquire();
+        if (!e) return std::move(e).error();
+        u.event = *e;
+      }
       u.has_event = true;
     }
     auto s = streams_->get(u.stream);
@@ -284,54 +356,52 @@ class AsyncCuda {
     return ok();
   }
 
-  result<void> wait_for(stream_t waiter, Use& u) noexcept {
-    if (auto r = resolve(u); !r) return r;
+  result<void> wait_for(Track& t, stream_t waiter, Use& u) noexcept {
+    if (auto r = resolve(t, u); !r) return r;
     return driver().stream_wait_event(waiter, u.event);
   }
 
   /// Updates `u` for a new use on its stream: recorded now, or left lazy on the alloc
   /// stream. The event object is kept and re-recorded.
-  result<void> note_use(Use& u, StreamId alloc) noexcept {
+  result<void> note_use(Track& t, Use& u) noexcept {
     u.recorded = false;
-    if (u.stream == alloc) return ok();
-    return resolve(u);
+    if (u.stream == t.alloc_stream) return ok();
+    return resolve(t, u);
   }
 
   result<void> finish(BlockId id, StreamId use, Access access, const DeviceBlock* block) noexcept {
     if (!streams_->contains(use)) return streams_->unknown(use);
-    return state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
+    return tracked(id, block, [&](Track& t) -> result<void> {
       if (writes(access)) {
         const bool same = t.write.stream == use;
         Use next = same ? t.write : Use{use};
-        if (auto n = note_use(next, t.alloc_stream); !n) {
-          if (!same && next.has_event) state_->events.release(next.event);
+        if (auto n = note_use(t, next); !n) {
+          if (!same) t.keep(next, state_->events);
           return n;
         }
-        if (!same && t.write.has_event) state_->events.release(t.write.event);
-        for (Use& rd : t.reads) {
-          if (rd.has_event) state_->events.release(rd.event);
-        }
+        if (!same) t.keep(t.write, state_->events);
+        for (const Use& rd : t.reads) t.keep(rd, state_->events);
         t.reads.clear();
         t.write = next;
         t.waited = 0;
         return ok();
       }
       for (Use& rd : t.reads) {
-        if (rd.stream == use) return note_use(rd, t.alloc_stream);
+        if (rd.stream == use) return note_use(t, rd);
       }
       Use fresh{use};
-      if (auto n = note_use(fresh, t.alloc_stream); !n) {
-        if (fresh.has_event) state_->events.release(fresh.event);
+      if (auto n = note_use(t, fresh); !n) {
+        t.keep(fresh, state_->events);
         return n;
       }
       try {
         t.reads.push_back(fresh);
       } catch (...) {
-        if (fresh.has_event) state_->events.release(fresh.event);
+        t.keep(fresh, state_->events);
         return error{errc::out_of_memory, "host memory exhausted recording a block use"};
       }
       return ok();
-    }, block);
+    });
   }
 
   std::shared_ptr<StreamPool<D>> streams_;

@@ -9,22 +9,31 @@
 // device's memory; AsyncCuda keeps each block's cross-stream dependency state in its
 // entry.
 //
-// Layout: SHARDS shards, each with its own spin lock (held for a few dozen instructions,
-// and for the driver calls of one block's tracking), slot storage and free list. A
-// BlockId's index is `local << SHARD_BITS | shard`. Inserting deals blocks round-robin
-// over the shards from a per-thread start; every other operation locks only the shard of
-// the block it names. Slots live in fixed-size chunks that are never moved, and a slot's
-// generation grows each time it is freed, so an id of a freed block never matches a
-// newer block in the same slot.
+// Layout. SHARDS shards, each with its own slot storage and free list. A BlockId's index
+// is `local << SHARD_BITS | shard`. A thread inserts into its home shard (threads get
+// home shards in turn, so up to SHARDS allocating threads never share one), and a block
+// goes back to the free list of the shard it came from. Each slot has its own spin lock
+// and a tag word (generation and liveness): using or freeing a block locks that block
+// only, so threads working on different blocks never meet on a lock, wherever the blocks
+// came from; the shard's lock guards only its free list and its growth. Slots live in
+// chunks that double in size and never move, and a slot's generation grows each time it
+// is freed, so an id of a freed block never matches a newer block in the same slot.
+//
+// Lock-free reads. peek() lets an owner read atomics it keeps in an entry without the
+// slot's lock: it checks the slot's tag, runs the reader, and checks the tag again (a
+// sequence lock whose sequence is the generation); a reader that raced a free or a reuse
+// of the slot is refused, and the caller takes the locked path, which reports the error.
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>  // std::lock_guard, std::unique_lock
+#include <new>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "xlogrt/core/block.hpp"
@@ -40,24 +49,32 @@ enum class Lookup : std::uint8_t {
   use,   ///< about to use the block: a dead slot is a stale_block
 };
 
-/// Thread-safe. Operations on blocks of different shards never share a lock.
+/// Thread-safe. Operations on different blocks take different locks; inserts by
+/// different threads use different shards.
 template <class Entry>
 class BlockTable {
  public:
-  static constexpr unsigned SHARD_BITS = 4;
+  static constexpr unsigned SHARD_BITS = 5;
   static constexpr std::uint32_t SHARDS = 1u << SHARD_BITS;
+  /// Blocks one shard can hold at once (the index must stay below BlockId::NO_INDEX).
+  static constexpr std::uint32_t MAX_PER_SHARD = (1u << (32 - SHARD_BITS)) - 1;
 
   /// A table whose ids name a new process-unique owner (so a block handed to a resource
   /// that did not make it is recognised as foreign).
   BlockTable() noexcept : owner_(next_owner()) {}
   BlockTable(const BlockTable&) = delete;
   BlockTable& operator=(const BlockTable&) = delete;
+  ~BlockTable() {
+    for (Shard& s : shards_) {
+      for (auto& c : s.chunks) delete[] c.load(std::memory_order_relaxed);
+    }
+  }
 
   std::uint32_t owner() const noexcept { return owner_; }
 
   /// Bytes of the live blocks. Each shard's count changes under its lock (a plain
-  /// load and store, no read-modify-write on the hot path); the sum is exact once the
-  /// writers have finished, a moment's view while they run.
+  /// load and store, no read-modify-write); the sum is exact once the writers have
+  /// finished, a moment's view while they run.
   std::size_t live_bytes() const noexcept {
     std::size_t sum = 0;
     for (const Shard& s : shards_) sum += s.live_bytes.load(std::memory_order_relaxed);
@@ -65,112 +82,156 @@ class BlockTable {
   }
 
   /// Stores `e` (for a block of `ptr` and `bytes`) and returns its new id.
+  /// Errors: out_of_memory (host memory, or the shard is full).
   result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Entry e) noexcept {
-    const std::uint32_t sh = next_shard();
+    const std::uint32_t sh = home_shard();
     Shard& s = shards_[sh];
-    std::lock_guard lock(s.mu);
     std::uint32_t local;
-    if (!s.free.empty()) {
-      local = s.free.back();
-      s.free.pop_back();
-    } else {
-      local = s.used;
-      if ((local >> CHUNK_BITS) >= s.chunks.size()) {
-        try {
-          s.chunks.push_back(std::make_unique<Slot[]>(CHUNK));
-          s.free.reserve(std::size_t{s.chunks.size()} * CHUNK);  // erase never allocates
-        } catch (...) {
-          return error{errc::out_of_memory, "host memory exhausted growing the block table"};
-        }
+    {
+      std::lock_guard lock(s.mu);
+      if (!s.free.empty()) {
+        local = s.free.back();
+        s.free.pop_back();
+      } else {
+        if (auto r = s.grow(); !r) return std::move(r).error();
+        local = s.grown++;
+        s.used.store(s.grown, std::memory_order_release);
       }
-      ++s.used;
+      s.add_live(static_cast<std::int64_t>(bytes));
     }
-    Slot& slot = s.at(local);
-    slot.live = true;
+    Slot& slot = *s.at(local);
+    std::lock_guard lock(slot.mu);
+    const std::uint32_t gen = generation(slot.tag.load(std::memory_order_relaxed));
     slot.ptr = ptr;
     slot.bytes = bytes;
     slot.entry = std::move(e);
-    s.add_live(static_cast<std::int64_t>(bytes));
-    return BlockId{owner_, (local << SHARD_BITS) | sh, slot.generation};
+    slot.tag.store(tag_of(gen, true), std::memory_order_release);
+    return BlockId{owner_, (local << SHARD_BITS) | sh, gen};
   }
 
-  /// Runs `f(Entry&) -> result<void>` under the block's shard lock if `id` names a live
-  /// block (and, when `block` is given, one whose pointer and size match), and returns
-  /// what f returns. Errors: foreign_block, double_free (Lookup::free) or stale_block
+  /// Runs `f(Entry&) -> result<void>` under the block's lock if `id` names a live block
+  /// (and, when `block` is given, one whose pointer and size match), and returns what f
+  /// returns. Errors: foreign_block, double_free (Lookup::free) or stale_block
   /// (Lookup::use), or f's.
   template <class F>
   result<void> with(BlockId id, Lookup why, F&& f, const DeviceBlock* block = nullptr) noexcept {
-    Shard* s;
     Slot* slot;
     std::unique_lock<detail::SpinLock> lock;
-    if (auto e = find(id, why, block, s, slot, lock); e) return std::move(*e);
+    if (auto e = find(id, why, block, slot, lock); e) return std::move(*e);
     return f(slot->entry);
   }
 
+  /// Without a lock: if `id` names a live block, returns `f(const Entry&)`, which may read
+  /// only the entry's atomics; returns false when it does not, or when the slot was freed
+  /// or reused while f ran (the caller then takes the locked path, which says why).
+  template <class F>
+  bool peek(BlockId id, F&& f) const noexcept {
+    if (id.owner != owner_) return false;
+    const Slot* slot = slot_of(id);
+    if (slot == nullptr) return false;
+    const std::uint64_t want = tag_of(id.generation, true);
+    if (slot->tag.load(std::memory_order_acquire) != want) return false;
+    const bool r = f(static_cast<const Entry&>(slot->entry));
+    // Acquire (and f's loads acquire too): the re-check is not done before f's reads.
+    return r && slot->tag.load(std::memory_order_acquire) == want;
+  }
+
   /// Removes the live block `id` after `f(Entry&)` returns success; on f's failure the
-  /// block stays live and f's error is returned. f runs WITHOUT the shard lock (it makes
-  /// the driver calls of a free, which may wait on the driver's own locks): the slot is
-  /// first marked as being freed, which makes it look freed to every other call (a
-  /// concurrent free of a forged duplicate is a double_free, a use is stale_block), so f
-  /// has the entry to itself; slot storage never moves.
+  /// block stays live and f's error is returned. f runs under the block's lock (which no
+  /// other block shares, so the driver calls of a free hold up only uses of that block).
   template <class F>
   result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
-    Shard* s;
     Slot* slot;
-    {
-      std::unique_lock<detail::SpinLock> lock;
-      if (auto e = find(id, Lookup::free, block, s, slot, lock); e) return std::move(*e);
-      slot->freeing = true;
-    }
-    result<void> r = f(slot->entry);
-    std::lock_guard lock(s->mu);
-    slot->freeing = false;
-    if (!r) return r;
-    slot->live = false;
-    s->add_live(-static_cast<std::int64_t>(slot->bytes));
+    std::unique_lock<detail::SpinLock> lock;
+    if (auto e = find(id, Lookup::free, block, slot, lock); e) return std::move(*e);
+    if (result<void> r = f(slot->entry); !r) return r;
+    const std::size_t bytes = slot->bytes;
     slot->entry = Entry{};
-    ++slot->generation;
-    s->free.push_back(id.index >> SHARD_BITS);  // capacity reserved when the slot was made
+    slot->tag.store(tag_of(id.generation + 1, false), std::memory_order_release);
+    lock.unlock();
+    Shard& s = shards_[id.index & (SHARDS - 1)];
+    std::lock_guard g(s.mu);
+    s.add_live(-static_cast<std::int64_t>(bytes));
+    s.free.push_back(id.index >> SHARD_BITS);  // capacity reserved when the slot was made
     return ok();
   }
 
-  /// Calls f(const Entry&) for every live block (tests and diagnostics).
+  /// Calls f(const Entry&) for every live block, under its lock (tests and diagnostics).
   template <class F>
   void for_each(F&& f) const {
     for (const Shard& s : shards_) {
-      std::lock_guard lock(s.mu);
-      for (std::uint32_t i = 0; i < s.used; ++i) {
-        const Slot& slot = s.at(i);
-        if (slot.live && !slot.freeing) f(slot.entry);
+      const std::uint32_t n = s.used.load(std::memory_order_acquire);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        const Slot& slot = *s.at(i);
+        std::lock_guard lock(slot.mu);
+        if (slot.tag.load(std::memory_order_relaxed) & 1u) f(slot.entry);
       }
     }
   }
 
  private:
-  static constexpr unsigned CHUNK_BITS = 10;
-  static constexpr std::uint32_t CHUNK = 1u << CHUNK_BITS;
+  // Chunk k holds BASE << k slots and starts at local index BASE * (2^k - 1).
+  static constexpr std::uint32_t BASE = 256;
+  static constexpr std::size_t MAX_CHUNKS = 24;  // BASE * (2^24 - 1) > MAX_PER_SHARD
 
-  struct Slot {
-    Entry entry{};
+  struct alignas(64) Slot {
+    std::atomic<std::uint64_t> tag{0};  // generation << 1 | live
+    mutable detail::SpinLock mu;        // guards the rest
     std::uint64_t ptr = 0;
     std::size_t bytes = 0;
-    std::uint32_t generation = 0;
-    bool live = false;
-    bool freeing = false;  // erase_if's callback is running on it, without the lock
+    Entry entry{};
   };
+
+  static constexpr std::uint64_t tag_of(std::uint32_t gen, bool live) noexcept {
+    return std::uint64_t{gen} << 1 | (live ? 1u : 0u);
+  }
+  static constexpr std::uint32_t generation(std::uint64_t tag) noexcept {
+    return static_cast<std::uint32_t>(tag >> 1);
+  }
+  /// The chunk of a local index, and the offset in it.
+  static constexpr std::pair<std::size_t, std::uint32_t> locate(std::uint32_t local) noexcept {
+    const auto k = static_cast<std::size_t>(std::bit_width(local / BASE + 1) - 1);
+    return {k, local - BASE * ((1u << k) - 1)};
+  }
+
   struct alignas(64) Shard {
-    mutable detail::SpinLock mu;
-    std::vector<std::unique_ptr<Slot[]>> chunks;
+    // Read by every lookup; written when the shard grows.
+    std::array<std::atomic<Slot*>, MAX_CHUNKS> chunks{};
+    std::atomic<std::uint32_t> used{0};  // slots made (published after they are)
+    // The shard's lock and what it guards, on a line of their own.
+    alignas(64) detail::SpinLock mu;
     std::vector<std::uint32_t> free;
-    std::uint32_t used = 0;
-    std::atomic<std::size_t> live_bytes{0};  // written under `mu` only
+    std::uint32_t grown = 0;                 // == used, under mu
+    std::atomic<std::size_t> live_bytes{0};  // written under mu only
+
     void add_live(std::int64_t d) noexcept {
       live_bytes.store(live_bytes.load(std::memory_order_relaxed) + static_cast<std::size_t>(d),
                        std::memory_order_relaxed);
     }
-    Slot& at(std::uint32_t local) noexcept { return chunks[local >> CHUNK_BITS][local & (CHUNK - 1)]; }
-    const Slot& at(std::uint32_t local) const noexcept {
-      return chunks[local >> CHUNK_BITS][local & (CHUNK - 1)];
+    Slot* at(std::uint32_t local) const noexcept {
+      const auto [k, off] = locate(local);
+      return chunks[k].load(std::memory_order_acquire) + off;
+    }
+    /// Under mu: makes sure slot `grown` exists, and that the free list can take every
+    /// slot made without allocating.
+    result<void> grow() noexcept {
+      if (grown >= MAX_PER_SHARD) {
+        return error{errc::out_of_memory, "the block table is full: " + std::to_string(MAX_PER_SHARD) +
+                                              " live blocks in one shard"};
+      }
+      const auto [k, off] = locate(grown);
+      if (off != 0) return ok();
+      const std::size_t n = std::size_t{BASE} << k;
+      Slot* c = new (std::nothrow) Slot[n];
+      if (c == nullptr) return error{errc::out_of_memory, "host memory exhausted growing the block table"};
+      try {
+        free.reserve(std::size_t{grown} + n);
+      } catch (...) {
+        delete[] c;
+        return error{errc::out_of_memory, "host memory exhausted growing the block table"};
+      }
+      chunks[k].store(c, std::memory_order_release);
+      return ok();
     }
   };
 
@@ -179,30 +240,35 @@ class BlockTable {
     return next.fetch_add(1, std::memory_order_relaxed);
   }
 
-  /// Each thread deals its inserts round-robin over the shards, from a start of its own:
-  /// threads allocating at once rarely meet on a lock, and the blocks one thread
-  /// allocates (then hands to others to use) are spread over every shard.
-  static std::uint32_t next_shard() noexcept {
-    static thread_local std::uint32_t next = static_cast<std::uint32_t>(
-        std::hash<const void*>{}(&next) / alignof(std::max_align_t));
-    return next++ % SHARDS;
+  /// Threads get home shards in turn, process-wide: the first SHARDS threads to insert
+  /// into any table each have a shard of their own in every table.
+  static std::uint32_t home_shard() noexcept {
+    static std::atomic<std::uint32_t> next{0};
+    static thread_local const std::uint32_t mine = next.fetch_add(1, std::memory_order_relaxed) % SHARDS;
+    return mine;
   }
 
-  std::optional<error> find(BlockId id, Lookup why, const DeviceBlock* block, Shard*& s,
-                            Slot*& slot, std::unique_lock<detail::SpinLock>& lock) noexcept {
+  /// The slot `id` names, or nullptr when no such slot has been made.
+  const Slot* slot_of(BlockId id) const noexcept {
+    const Shard& s = shards_[id.index & (SHARDS - 1)];
+    const std::uint32_t local = id.index >> SHARD_BITS;
+    if (local >= s.used.load(std::memory_order_acquire)) return nullptr;
+    return s.at(local);
+  }
+
+  std::optional<error> find(BlockId id, Lookup why, const DeviceBlock* block, Slot*& slot,
+                            std::unique_lock<detail::SpinLock>& lock) noexcept {
     if (id.owner != owner_) {
       return error{errc::foreign_block, "block " + id.to_string() +
                                             " was not allocated by this resource (owner " +
                                             std::to_string(owner_) + ")"};
     }
-    s = &shards_[id.index & (SHARDS - 1)];
-    lock = std::unique_lock(s->mu);
-    const std::uint32_t local = id.index >> SHARD_BITS;
-    if (local >= s->used) {
+    slot = const_cast<Slot*>(slot_of(id));
+    if (slot == nullptr) {
       return error{errc::foreign_block, "block " + id.to_string() + " names no slot of this resource"};
     }
-    slot = &s->at(local);
-    if (!slot->live || slot->freeing || slot->generation != id.generation) {
+    lock = std::unique_lock(slot->mu);
+    if (slot->tag.load(std::memory_order_relaxed) != tag_of(id.generation, true)) {
       if (why == Lookup::free) {
         return error{errc::double_free, "block " + id.to_string() + " was already freed"};
       }
