@@ -7,8 +7,10 @@
 //   write after 4 reads    a write on a fifth stream after reads on four others
 // Each case's driver calls are counted first (through a counting driver around the real
 // one), then each use is timed on its own, next to the raw driver calls it makes (the
-// floor: the same cuEventRecord and cuStreamWaitEvent calls, straight into libcuda) and
-// one raw cuEventRecord + cuStreamWaitEvent pair, all in the same interleaved rounds.
+// floor: the same cuEventRecord and cuStreamWaitEvent calls, straight into libcuda, on
+// events in the same state: a floor cycle makes the raw calls of the tracked cycle's
+// untimed setup too) and one raw cuEventRecord + cuStreamWaitEvent pair, all in the same
+// interleaved rounds.
 // Then 1..8 threads, each on its own stream with its own blocks: aggregate prepare +
 // finish pairs per second (allocations and frees outside the timed loops).
 //
@@ -280,7 +282,17 @@ int run_bench(D& drv, const char* where, int rounds, int per_round, long pairs_p
     }
     return {};
   };
-  for (std::size_t k = 1; k <= 4; ++k) raw.record(ev[k], s[k]);  // recorded once, waited on repeatedly
+  // The untimed part of a floor cycle, mirroring the untimed setup of the tracked cycle:
+  // before the timed write, the reads on streams 1-4 each wait for the last write (on
+  // stream 5) and record their event, so the timed waits are on freshly recorded events,
+  // as the tracked write's are (a wait on a long-completed event can be cheaper).
+  auto raw_setup = [&](Case c) {
+    if (c != Case::write_after_reads) return;
+    for (std::size_t k = 1; k <= 4; ++k) {
+      raw.wait(s[k], ev[0]);
+      raw.record(ev[k], s[k]);
+    }
+  };
 
   std::vector<DeviceBlock> blocks;
   std::vector<Series> tracked, floors;
@@ -311,7 +323,10 @@ int run_bench(D& drv, const char* where, int rounds, int per_round, long pairs_p
       auto& fn = r < 0 ? sink : floors[i].ns;
       for (int k = 0; k < per_round; ++k) cycle(cases[i], rt, blocks[i].id(), time_one(tn));
       if (auto f = raw_floor(cases[i])) {
-        for (int k = 0; k < per_round; ++k) time_one(fn)(f);
+        for (int k = 0; k < per_round; ++k) {
+          raw_setup(cases[i]);
+          time_one(fn)(f);
+        }
       }
     }
     std::vector<double> sink;
