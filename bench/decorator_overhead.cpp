@@ -3,12 +3,15 @@
 // Budget<Statistics<Logging<AsyncCuda<D>>>> logging to the null sink and to a file,
 // against bare AsyncCuda<D>, side by side, with 1 and with 8 threads (each on its own
 // stream). Every variant is measured in the same rounds, interleaved, so drift hits them
-// alike; the budget is unlimited (its charge and credit still run).
+// alike; the budget is unlimited (its charge and credit still run). Then the decorators
+// alone, over a no-op upstream that touches no shared cache line, with the budget
+// unlimited and with a limit far above what the run holds (the reservation path).
 //
 // On a machine without a GPU it runs on SimDriver and says so: those figures measure the
 // decorators over the simulator, whose own pair costs several microseconds.
 //
-// usage: decorator_overhead [rounds=200] [pairs-per-sample=64] [bytes=65536]
+// usage: decorator_overhead [rounds=200] [pairs-per-sample=64] [bytes=65536] [threads=1,8]
+//                           [noop]  (noop: the no-op upstream tables only)
 
 #include <xlogrt/driver/cuda_driver.hpp>
 #include <xlogrt/driver/sim_driver.hpp>
@@ -25,6 +28,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <unistd.h>
 #include <vector>
 
@@ -39,13 +43,19 @@ template <class D, class Sink>
 using Full = Budget<Statistics<Logging<AsyncCuda<D>, Sink>>>;
 
 /// An upstream that does nothing but hand out distinct blocks: under the same decorators
-/// it shows their own cost, free of the driver's (and of the simulator's noise).
+/// it shows their own cost, free of the driver's (and of the simulator's noise). It
+/// shares no written cache line between threads (each numbers its blocks from a range of
+/// its own), so a contended line in the table is the decorators'. Its frees are queued,
+/// as AsyncCuda's are (Budget keeps them pending until a reap). Ordinal `ordinal`.
 class NoopResource {
  public:
   static constexpr bool supports_block_use_tracking = false;
+  explicit NoopResource(std::uint32_t ordinal = 15) noexcept : ordinal_(ordinal) {}
   result<DeviceBlock> allocate(std::size_t bytes, StreamId s, AllocTag t) noexcept {
-    const auto i = next_->fetch_add(1, std::memory_order_relaxed);
-    return DeviceBlock{0x100000 + i * 256, bytes, s, 0, t, BlockId{7, static_cast<std::uint32_t>(i), 0}};
+    static std::atomic<std::uint64_t> ranges{0};
+    thread_local std::uint64_t next = ranges.fetch_add(1, std::memory_order_relaxed) << 32;
+    const auto i = next++;
+    return DeviceBlock{0x100000 + i * 256, bytes, s, ordinal_, t, BlockId{7, static_cast<std::uint32_t>(i), 0}};
   }
   result<void> deallocate(DeviceBlock&& b) noexcept {
     DeviceBlock gone = std::move(b);
@@ -53,10 +63,10 @@ class NoopResource {
   }
   std::size_t bytes_outstanding() const noexcept { return 0; }
   result<void> reap_pending() noexcept { return ok(); }
-  std::uint32_t device_ordinal() const noexcept { return 15; }
+  std::uint32_t device_ordinal() const noexcept { return ordinal_; }
 
  private:
-  std::unique_ptr<std::atomic<std::uint64_t>> next_ = std::make_unique<std::atomic<std::uint64_t>>(0);
+  std::uint32_t ordinal_;
 };
 
 struct Variant {
@@ -124,8 +134,71 @@ std::vector<std::vector<double>> measure(std::vector<Variant>& vs, int threads, 
   return ns;
 }
 
+template <class R>
+std::unique_ptr<R> make_stack(std::uint32_t ordinal) {
+  if constexpr (std::is_same_v<R, NoopResource>) {
+    return std::make_unique<R>(ordinal);
+  } else {
+    using Up = std::remove_cvref_t<decltype(std::declval<R&>().upstream())>;
+    return std::make_unique<R>(std::move(*make_stack<Up>(ordinal)));
+  }
+}
+
+/// The decorators over the no-op upstream: together, and each alone.
+int run_noop(int rounds, int pairs, std::size_t bytes, const std::vector<int>& thread_counts,
+             const std::string& path, const std::function<void()>& current) {
+  // Ordinal 15 stays unlimited; ordinal 14 gets a limit far above what the run holds, so
+  // the limited rows measure the reservation path without ever being refused.
+  constexpr std::uint32_t unlimited = 15, limited = 14;
+  (void)clear_device_budget(unlimited);
+  (void)set_device_budget(limited, std::size_t{1} << 50);
+  auto noop = make_stack<NoopResource>(unlimited);
+  auto noop_null = make_stack<Budget<Statistics<Logging<NoopResource, NullSink>>>>(unlimited);
+  auto noop_null_lim = make_stack<Budget<Statistics<Logging<NoopResource, NullSink>>>>(limited);
+  auto budget = make_stack<Budget<NoopResource>>(unlimited);
+  auto budget_lim = make_stack<Budget<NoopResource>>(limited);
+  auto stats = make_stack<Statistics<NoopResource>>(unlimited);
+  auto null_log = make_stack<Logging<NoopResource, NullSink>>(unlimited);
+  auto f2 = FileSink::open(path + ".noop");
+  if (!f2) return std::printf("log file: %s\n", f2.error().what().c_str()), 1;
+  Budget<Statistics<Logging<NoopResource, FileSink>>> noop_file{Statistics<Logging<NoopResource, FileSink>>{
+      Logging<NoopResource, FileSink>{NoopResource{unlimited}, std::move(*f2)}}};
+  std::vector<Variant> nv;
+  nv.push_back(make_variant("no-op upstream (baseline)", *noop));
+  nv.push_back(make_variant("Budget<Statistics<Logging<no-op, NullSink>>>", *noop_null));
+  nv.push_back(make_variant("the same, with a (never reached) limit", *noop_null_lim));
+  nv.push_back(make_variant("Budget<no-op>", *budget));
+  nv.push_back(make_variant("Budget<no-op>, with a (never reached) limit", *budget_lim));
+  nv.push_back(make_variant("Statistics<no-op>", *stats));
+  nv.push_back(make_variant("Logging<no-op, NullSink>", *null_log));
+  nv.push_back(make_variant("Budget<Statistics<Logging<no-op, FileSink>>>", noop_file));
+  // Untimed: the first table otherwise pays for the clock ramping up and the first
+  // touch of every stripe.
+  (void)measure(nv, 1, rounds / 2 + 1, pairs * 16, bytes, current);
+  for (int threads : thread_counts) {
+    auto ns = measure(nv, threads, rounds, pairs * 16, bytes, current);
+    std::printf("## the decorators alone, over a no-op upstream, %d thread%s\n\n"
+                "| variant | median ns/pair | p99 ns/pair | added ns/pair (median) |\n|---|---|---|---|\n",
+                threads, threads == 1 ? "" : "s");
+    std::vector<Summary> sums;
+    for (auto& v : ns) sums.push_back(summarize(v));
+    for (std::size_t i = 0; i < nv.size(); ++i) {
+      std::printf("| %s | %.1f | %.1f | %.1f |\n", nv[i].name.c_str(), sums[i].median, sums[i].p99,
+                  sums[i].median - sums[0].median);
+    }
+    std::printf("\n");
+  }
+  (void)noop_file.upstream().upstream().flush();
+  std::printf("no-op file stack: %llu log records dropped\n\n",
+              static_cast<unsigned long long>(noop_file.upstream().upstream().dropped()));
+  std::remove((path + ".noop").c_str());
+  (void)clear_device_budget(limited);
+  return 0;
+}
+
 template <class D>
-int run_bench(D& drv, const char* where, int rounds, int pairs, std::size_t bytes) {
+int run_bench(D& drv, const char* where, int rounds, int pairs, std::size_t bytes,
+              const std::vector<int>& thread_counts, bool noop_only) {
   auto dev = Device<D>::open(drv, 0);
   if (!dev) return std::printf("open: %s\n", dev.error().what().c_str()), 1;
   auto streams = StreamPool<D>::create(*dev, 8);
@@ -154,7 +227,12 @@ int run_bench(D& drv, const char* where, int rounds, int pairs, std::size_t byte
   std::printf("# decorator overhead per allocate+deallocate pair on %s (%s)\n"
               "# %s; %zu-byte blocks; %d rounds x %d pairs per sample; unlimited budget; file log at %s\n\n",
               where, (*dev)->info().name.c_str(), machine_line().c_str(), bytes, rounds, pairs, path.c_str());
-  for (int threads : {1, 8}) {
+  if (noop_only) {
+    const int rc = run_noop(rounds, pairs, bytes, thread_counts, path, current);
+    std::remove(path.c_str());
+    return rc;
+  }
+  for (int threads : thread_counts) {
     auto ns = measure(vs, threads, rounds, pairs, bytes, current);
     std::printf("## %d thread%s (each on its own stream)\n\n"
                 "| variant | median ns/pair | p99 ns/pair | ratio to AsyncCuda (median) | ratio (p99) |\n"
@@ -168,37 +246,7 @@ int run_bench(D& drv, const char* where, int rounds, int pairs, std::size_t byte
     }
     std::printf("\n");
   }
-  {
-    // The decorators alone.
-    NoopResource noop;
-    Budget<Statistics<Logging<NoopResource, NullSink>>> noop_null{
-        Statistics<Logging<NoopResource, NullSink>>{Logging<NoopResource, NullSink>{NoopResource{}}}};
-    auto f2 = FileSink::open(path + ".noop");
-    if (!f2) return std::printf("log file: %s\n", f2.error().what().c_str()), 1;
-    Budget<Statistics<Logging<NoopResource, FileSink>>> noop_file{
-        Statistics<Logging<NoopResource, FileSink>>{Logging<NoopResource, FileSink>{NoopResource{}, std::move(*f2)}}};
-    std::vector<Variant> nv;
-    nv.push_back(make_variant("no-op upstream (baseline)", noop));
-    nv.push_back(make_variant("Budget<Statistics<Logging<no-op, NullSink>>>", noop_null));
-    nv.push_back(make_variant("Budget<Statistics<Logging<no-op, FileSink>>>", noop_file));
-    for (int threads : {1, 8}) {
-      auto ns = measure(nv, threads, rounds, pairs * 16, bytes, current);
-      std::printf("## the decorators alone, over a no-op upstream, %d thread%s\n\n"
-                  "| variant | median ns/pair | p99 ns/pair | added ns/pair (median) |\n|---|---|---|---|\n",
-                  threads, threads == 1 ? "" : "s");
-      std::vector<Summary> sums;
-      for (auto& v : ns) sums.push_back(summarize(v));
-      for (std::size_t i = 0; i < nv.size(); ++i) {
-        std::printf("| %s | %.1f | %.1f | %.1f |\n", nv[i].name.c_str(), sums[i].median, sums[i].p99,
-                    sums[i].median - sums[0].median);
-      }
-      std::printf("\n");
-    }
-    (void)noop_file.upstream().upstream().flush();
-    std::printf("no-op file stack: %llu log records dropped\n\n",
-                static_cast<unsigned long long>(noop_file.upstream().upstream().dropped()));
-  }
-  std::remove((path + ".noop").c_str());
+  if (const int rc = run_noop(rounds, pairs, bytes, thread_counts, path, current); rc != 0) return rc;
   (void)file_stack.upstream().upstream().flush();
   const auto snap = file_stack.upstream().snapshot();
   std::printf("file stack: %llu pairs counted by Statistics, %llu log records dropped\n",
@@ -214,13 +262,26 @@ int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 200;
   const int pairs = argc > 2 ? std::atoi(argv[2]) : 64;
   const std::size_t bytes = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 65536;
-  if (rounds <= 0 || pairs <= 0 || bytes == 0) {
-    std::printf("usage: decorator_overhead [rounds>0] [pairs-per-sample>0] [bytes>0]\n");
+  std::vector<int> thread_counts;
+  for (const char* p = argc > 4 ? argv[4] : "1,8"; *p != '\0';) {
+    char* end = nullptr;
+    const long t = std::strtol(p, &end, 10);
+    if (end == p || t <= 0 || t > 1024) {
+      thread_counts.clear();
+      break;
+    }
+    thread_counts.push_back(static_cast<int>(t));
+    p = *end == ',' ? end + 1 : end;
+  }
+  const bool noop_only = argc > 5 && std::string(argv[5]) == "noop";
+  if (rounds <= 0 || pairs <= 0 || bytes == 0 || thread_counts.empty() || (argc > 5 && !noop_only)) {
+    std::printf("usage: decorator_overhead [rounds>0] [pairs-per-sample>0] [bytes>0] [threads=1,8] [noop]\n");
     return 2;
   }
-  if (auto cuda = CudaDriver::open()) return run_bench(**cuda, "the GPU (CudaDriver)", rounds, pairs, bytes);
-  else std::printf("no GPU here (%s): measuring on SimDriver\n", cuda.error().what().c_str());
+  auto cuda = CudaDriver::open();
+  if (cuda) return run_bench(**cuda, "the GPU (CudaDriver)", rounds, pairs, bytes, thread_counts, noop_only);
+  std::printf("no GPU here (%s): measuring on SimDriver\n", cuda.error().what().c_str());
   auto sim = SimDriver::open();
   if (!sim) return std::printf("SimDriver: %s\n", sim.error().what().c_str()), 1;
-  return run_bench(**sim, "SimDriver (no GPU)", rounds, pairs, bytes);
+  return run_bench(**sim, "SimDriver (no GPU)", rounds, pairs, bytes, thread_counts, noop_only);
 }

@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -232,4 +234,221 @@ TEST_CASE("16 threads hammering one ordinal: the device never holds more than th
   CHECK(st->held == 0);
   CHECK(in_use(ord) == 0);
   CHECK(b.pending_credit() == 0);
+}
+
+// ---- striped credit: the fast path charges the thread's stripe; a refill hands it the
+// request plus a chunk (limit/256) from the ordinal; a refused refill reclaims first ----
+
+namespace {
+std::size_t reserved(std::uint32_t ordinal) { return detail::budget_slot(ordinal)->reserved_bytes(); }
+std::uint32_t my_stripe() { return detail::thread_stripe(detail::BUDGET_STRIPES); }
+}  // namespace
+
+TEST_CASE("credit stranded in another thread's stripe is reclaimed before a refusal",
+          "[budget][threads]") {
+  constexpr std::uint32_t ord = 8;
+  constexpr std::size_t limit = 1 << 20;  // chunk: 4096 bytes
+  Budget<SyncSpy> b{SyncSpy(ord), BudgetOptions{.limit_bytes = limit}};
+  const std::uint32_t main_stripe = my_stripe();
+
+  // Thread A charges 1000 bytes, keeps the block and exits: its stripe still holds the
+  // chunk it was handed beyond the 1000.
+  std::optional<DeviceBlock> a_block;
+  std::uint32_t a_stripe = 0;
+  std::thread([&] {
+    a_stripe = my_stripe();
+    auto x = b.allocate(1000, StreamId{0}, AllocTag{});
+    if (x) a_block = std::move(*x);
+  }).join();
+  REQUIRE(a_block.has_value());
+  REQUIRE(a_stripe != main_stripe);  // else the test would show nothing
+  CHECK(in_use(ord) == 1000);
+  CHECK(reserved(ord) > in_use(ord));  // charged != reserved: credit is stranded
+
+  // Thread B (another stripe) asks for exactly the free budget: it fits, so it succeeds.
+  bool b_ok = false;
+  std::uint32_t b_stripe = 0;
+  std::thread([&] {
+    b_stripe = my_stripe();
+    auto y = b.allocate(limit - 1000, StreamId{1}, AllocTag{});
+    b_ok = y.has_value();
+    if (y) b_ok = b.deallocate(std::move(*y)).has_value();
+  }).join();
+  REQUIRE(b_stripe != a_stripe);
+  CHECK(b_ok);
+  CHECK(in_use(ord) == 1000);
+  CHECK(reserved(ord) <= limit);
+
+  // The same from the main thread while A's block is live; then one byte more is refused.
+  auto z = b.allocate(limit - 1000, StreamId{0}, AllocTag{});
+  REQUIRE(z.has_value());
+  CHECK(in_use(ord) == limit);
+  auto over = b.allocate(1, StreamId{0}, AllocTag{});
+  REQUIRE_FALSE(over);
+  CHECK(over.error().code() == errc::out_of_budget);
+  REQUIRE(b.deallocate(std::move(*z)).has_value());
+  REQUIRE(b.deallocate(std::move(*a_block)).has_value());
+  CHECK(in_use(ord) == 0);
+  REQUIRE(clear_device_budget(ord).has_value());
+}
+
+TEST_CASE("lowering the limit revokes cached credit; raising or clearing it applies at once", "[budget]") {
+  constexpr std::uint32_t ord = 9;
+  Budget<SyncSpy> b{SyncSpy(ord)};
+  // Charged while unlimited, then limited: what is charged counts against the new limit.
+  auto pre = b.allocate(3000, StreamId{0}, AllocTag{});
+  REQUIRE(pre.has_value());
+  REQUIRE(set_device_budget(ord, 1 << 20).has_value());
+  CHECK(in_use(ord) == 3000);
+  CHECK(reserved(ord) == 3000);
+  auto x = b.allocate(1000, StreamId{0}, AllocTag{});  // the stripe now caches a chunk
+  REQUIRE(x.has_value());
+  CHECK(reserved(ord) > 4000);
+
+  // Lowered to exactly what fits one more 1000: the cached chunk must not stretch it.
+  REQUIRE(set_device_budget(ord, 5000).has_value());
+  CHECK(reserved(ord) == 4000);
+  auto y = b.allocate(1000, StreamId{0}, AllocTag{});
+  REQUIRE(y.has_value());
+  CHECK(in_use(ord) == 5000);
+  CHECK_FALSE(b.allocate(1, StreamId{0}, AllocTag{}));
+  CHECK(reserved(ord) <= 5000);
+
+  // Lowered below what is in use: nothing is revoked, everything is refused until enough
+  // is freed.
+  REQUIRE(set_device_budget(ord, 2500).has_value());
+  CHECK(in_use(ord) == 5000);
+  REQUIRE(b.deallocate(std::move(*x)).has_value());
+  CHECK_FALSE(b.allocate(1, StreamId{0}, AllocTag{}));
+  REQUIRE(b.deallocate(std::move(*y)).has_value());
+  CHECK(in_use(ord) == 3000);
+  CHECK_FALSE(b.allocate(1, StreamId{0}, AllocTag{}));
+  REQUIRE(b.deallocate(std::move(*pre)).has_value());
+  CHECK(in_use(ord) == 0);
+  auto w = b.allocate(2500, StreamId{0}, AllocTag{});
+  REQUIRE(w.has_value());
+  CHECK_FALSE(b.allocate(1, StreamId{0}, AllocTag{}));
+
+  // Raised: at once. Cleared: anything goes, and the stripes reserve nothing.
+  REQUIRE(set_device_budget(ord, 2600).has_value());
+  auto v = b.allocate(100, StreamId{0}, AllocTag{});
+  REQUIRE(v.has_value());
+  REQUIRE(clear_device_budget(ord).has_value());
+  auto big = b.allocate(std::size_t{1} << 30, StreamId{0}, AllocTag{});
+  REQUIRE(big.has_value());
+  CHECK(in_use(ord) == 2600 + (std::size_t{1} << 30));
+  CHECK(reserved(ord) == 0);
+  for (auto* blk : {&*w, &*v, &*big}) REQUIRE(b.deallocate(std::move(*blk)).has_value());
+  CHECK(in_use(ord) == 0);
+}
+
+TEST_CASE("stripes sum exactly as threads charge, hand over their blocks and exit", "[budget][threads]") {
+  constexpr std::uint32_t ord = 10;
+  constexpr std::size_t limit = 8 << 20;
+  PlainSpy spy(ord);  // queued frees: this stack's pending count is striped too
+  auto st = spy.state();
+  Budget<PlainSpy> b{std::move(spy), BudgetOptions{.limit_bytes = limit}};
+  constexpr unsigned THREADS = 12;
+  std::mutex mu;
+  std::vector<DeviceBlock> handed;
+  std::atomic<int> errors{0};
+  std::size_t expect = 0;
+  for (unsigned t = 0; t < THREADS; ++t) {
+    for (int i = 0; i < 50; ++i) expect += 100 + t * 7 + static_cast<std::size_t>(i);
+  }
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < THREADS; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        auto x = b.allocate(100 + t * 7 + static_cast<std::size_t>(i), StreamId{t % 4}, AllocTag{t});
+        if (!x) {
+          ++errors;
+          continue;
+        }
+        std::lock_guard lock(mu);
+        handed.push_back(std::move(*x));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  REQUIRE(errors == 0);
+  CHECK(in_use(ord) == expect);
+  CHECK(reserved(ord) <= limit);
+
+  // Freed by other threads than the ones that charged them (their stripes go below
+  // zero), half of them by threads that then exit with frees still pending.
+  threads.clear();
+  const std::size_t half = handed.size() / 2;
+  for (unsigned t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (std::size_t i = t; i < half; i += 4) {
+        if (!b.deallocate(std::move(handed[i]))) ++errors;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (std::size_t i = half; i < handed.size(); ++i) REQUIRE(b.deallocate(std::move(handed[i])).has_value());
+  REQUIRE(errors == 0);
+  CHECK(in_use(ord) == expect);  // queued frees stay charged
+  CHECK(b.pending_credit() == expect);
+  REQUIRE(b.reap_pending().has_value());
+  CHECK(b.pending_credit() == 0);
+  CHECK(in_use(ord) == 0);
+  CHECK(st->held == 0);
+
+  // Every stripe's credit, negative ones included, comes back: the whole limit fits.
+  auto all = b.allocate(limit, StreamId{0}, AllocTag{});
+  REQUIRE(all.has_value());
+  CHECK(in_use(ord) == limit);
+  REQUIRE(b.deallocate(std::move(*all)).has_value());
+  REQUIRE(b.reap_pending().has_value());
+  CHECK(in_use(ord) == 0);
+  REQUIRE(clear_device_budget(ord).has_value());
+}
+
+TEST_CASE("8 threads asking for exactly the limit between them are all granted", "[budget][threads]") {
+  constexpr std::uint32_t ord = 12;
+  constexpr unsigned THREADS = 8, EACH = 64;
+  constexpr std::size_t piece = 3000;
+  constexpr std::size_t limit = THREADS * EACH * piece;  // no refusal is justified
+  Budget<SyncSpy> b{SyncSpy(ord), BudgetOptions{.limit_bytes = limit}};
+  std::vector<std::vector<DeviceBlock>> held(THREADS);
+  std::atomic<int> refused{0}, errors{0};
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < THREADS; ++t) {
+      threads.emplace_back([&, t] {
+        for (unsigned i = 0; i < EACH; ++i) {
+          auto x = b.allocate(piece, StreamId{t % 4}, AllocTag{});
+          if (x) {
+            held[t].push_back(std::move(*x));
+          } else if (x.error().code() == errc::out_of_budget) {
+            ++refused;
+          } else {
+            ++errors;
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    if (round == 0) {
+      CHECK(in_use(ord) == limit);
+      CHECK_FALSE(b.allocate(1, StreamId{0}, AllocTag{}));
+    }
+    // Freed by the next thread over, so credit lands in other stripes than it came from.
+    threads.clear();
+    for (unsigned t = 0; t < THREADS; ++t) {
+      threads.emplace_back([&, t] {
+        for (auto& x : held[(t + 1) % THREADS]) {
+          if (!b.deallocate(std::move(x))) ++errors;
+        }
+        held[(t + 1) % THREADS].clear();
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  CHECK(errors == 0);
+  CHECK(refused == 0);
+  CHECK(in_use(ord) == 0);
+  REQUIRE(clear_device_budget(ord).has_value());
 }

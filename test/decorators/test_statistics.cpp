@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -156,4 +157,148 @@ TEST_CASE("statistics are exact under 8 threads, and every snapshot is consisten
   }
   CHECK(snap.total.peak_bytes >= 3 * 8);
   CHECK(snap.total.peak_bytes <= 3 * total / ROUNDS);
+}
+
+namespace {
+bool sane(const AllocationCounters& c) {
+  return c.current_bytes == c.total_bytes - c.freed_bytes && c.total_bytes >= c.freed_bytes &&
+         c.current_count == c.allocations - c.frees && c.allocations >= c.frees && c.peak_bytes >= c.current_bytes;
+}
+}  // namespace
+
+TEST_CASE("statistics: threads that free what others allocate keep counts exact and the peak bounded",
+          "[statistics][threads]") {
+  // Producers allocate, a consumer frees: the producers' stripes only rise, the
+  // consumer's only falls. A peak built from per-stripe highs that never come down would
+  // grow with every allocation; the marks must follow the stripes down.
+  PlainSpy spy;
+  Statistics<PlainSpy> s{std::move(spy), StatisticsOptions{.tag_slots = 4, .stripes = 8}};
+  constexpr int PRODUCERS = 3, EACH = 4000;
+  // Live at most: QUEUE in the queue, QUEUE taken by the consumer, one per producer.
+  constexpr std::size_t SIZE = 256, QUEUE = 16;
+  std::mutex mu;
+  std::vector<DeviceBlock> queue;
+  std::atomic<int> errors{0}, inconsistent{0}, producers_left{PRODUCERS};
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      const auto snap = s.snapshot();
+      if (!sane(snap.total)) ++inconsistent;
+      for (const auto& t : snap.tags) {
+        if (!sane(t.counters)) ++inconsistent;
+      }
+      std::this_thread::yield();
+    }
+  });
+  std::thread consumer([&] {
+    for (;;) {
+      std::vector<DeviceBlock> take;
+      {
+        std::lock_guard lock(mu);
+        take.swap(queue);
+      }
+      for (auto& b : take) {
+        if (!s.deallocate(std::move(b))) ++errors;
+      }
+      if (take.empty()) {
+        if (producers_left.load() == 0) {
+          std::lock_guard lock(mu);
+          if (queue.empty()) return;
+        }
+        std::this_thread::yield();
+      }
+    }
+  });
+  std::vector<std::thread> producers;
+  for (int p = 0; p < PRODUCERS; ++p) {
+    producers.emplace_back([&, p] {
+      for (int i = 0; i < EACH; ++i) {
+        auto b = s.allocate(SIZE, StreamId{0}, AllocTag{static_cast<std::uint32_t>(p % 2)});
+        if (!b) {
+          ++errors;
+          continue;
+        }
+        for (;;) {
+          {
+            std::lock_guard lock(mu);
+            if (queue.size() < QUEUE) {
+              queue.push_back(std::move(*b));
+              break;
+            }
+          }
+          std::this_thread::yield();
+        }
+      }
+      --producers_left;
+    });
+  }
+  for (auto& th : producers) th.join();
+  consumer.join();
+  done = true;
+  reader.join();
+  CHECK(errors == 0);
+  CHECK(inconsistent == 0);
+  const auto snap = s.snapshot();
+  CHECK(snap.total.allocations == PRODUCERS * EACH);
+  CHECK(snap.total.frees == PRODUCERS * EACH);
+  CHECK(snap.total.current_bytes == 0);
+  CHECK(snap.total.total_bytes == PRODUCERS * EACH * SIZE);
+  // At most 2 * QUEUE + PRODUCERS blocks were live at once; the consumer's mark lags its
+  // stripe by at most two epochs of frees (see Statistics), so the peak stays within
+  // this, far below the PRODUCERS * EACH * SIZE a non-decaying peak would reach.
+  const std::size_t bound = (2 * QUEUE + PRODUCERS + 2 * Statistics<PlainSpy>::EPOCH) * SIZE;
+  INFO("peak " << snap.total.peak_bytes << ", bound " << bound);
+  CHECK(snap.total.peak_bytes >= SIZE);
+  CHECK(snap.total.peak_bytes <= bound);
+  CHECK(snap.of(AllocTag{0}).peak_bytes <= bound);
+}
+
+TEST_CASE("statistics: more threads than stripes, exiting with blocks live, sum exactly",
+          "[statistics][threads]") {
+  PlainSpy spy;
+  Statistics<PlainSpy> s{std::move(spy), StatisticsOptions{.tag_slots = 4, .stripes = 2}};
+  constexpr unsigned THREADS = 9;  // several threads share each stripe
+  std::mutex mu;
+  std::vector<DeviceBlock> left;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < THREADS; ++t) {
+    threads.emplace_back([&, t] {
+      for (unsigned i = 0; i < 500; ++i) {
+        auto b = s.allocate(t + 1, StreamId{0}, AllocTag{t});  // tags 4.. fold into `other`
+        if (!b) {
+          ++errors;
+          continue;
+        }
+        if (i % 5 == 0) {
+          std::lock_guard lock(mu);
+          left.push_back(std::move(*b));
+        } else if (!s.deallocate(std::move(*b))) {
+          ++errors;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  REQUIRE(errors == 0);
+  auto snap = s.snapshot();
+  std::size_t live = 0, total = 0;
+  for (unsigned t = 0; t < THREADS; ++t) {
+    live += 100 * (t + 1);
+    total += 500 * (t + 1);
+  }
+  CHECK(snap.total.allocations == THREADS * 500);
+  CHECK(snap.total.current_count == THREADS * 100);
+  CHECK(snap.total.current_bytes == live);
+  CHECK(snap.total.total_bytes == total);
+  CHECK(snap.of(AllocTag{2}).current_bytes == 300);
+  REQUIRE(snap.other.has_value());
+  CHECK(snap.other->allocations == (THREADS - 4) * 500);
+  CHECK(snap.total.peak_bytes >= live);
+  for (auto& b : left) REQUIRE(s.deallocate(std::move(b)).has_value());  // from the main thread's stripe
+  snap = s.snapshot();
+  CHECK(snap.total.current_bytes == 0);
+  CHECK(snap.total.frees == THREADS * 500);
+  CHECK(snap.total.freed_bytes == total);
+  CHECK(sane(snap.total));
 }

@@ -4,12 +4,15 @@
 // Budget<Up>: one byte budget per device ordinal, shared by every stack of the process
 // on that ordinal.
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -18,6 +21,8 @@
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
+#include "xlogrt/resource/detail/spin_lock.hpp"
+#include "xlogrt/resource/detail/stripes.hpp"
 
 namespace xlogrt {
 
@@ -33,9 +38,159 @@ struct BudgetUsage {
 
 namespace detail {
 
-struct alignas(64) BudgetSlot {
+/// Stripes of each ordinal's budget (a power of two). 64: as many threads as a large
+/// host runs allocate without sharing one.
+inline constexpr std::uint32_t BUDGET_STRIPES = 64;
+
+/// `held` of every stripe while the ordinal has no limit: every charge fits.
+inline constexpr std::int64_t BUDGET_UNLIMITED = std::numeric_limits<std::int64_t>::max();
+
+/// One stripe of an ordinal's budget (see Budget's protocol block). Signed, wrapping:
+/// a stripe that credits blocks charged on another stripe goes below zero.
+struct alignas(STRIPE_ALIGN) BudgetStripe {
+  std::atomic<std::int64_t> charged{0};  ///< charges minus credits made through this stripe
+  std::atomic<std::int64_t> held{BUDGET_UNLIMITED};  ///< what it may charge up to; written under the lock
+};
+
+struct BudgetSlot {
+  SpinLock mu;  ///< guards limit, reserved, chunk and every stripe's `held`
   std::atomic<std::size_t> limit{std::numeric_limits<std::size_t>::max()};
-  std::atomic<std::size_t> in_use{0};
+  std::int64_t reserved = 0;  ///< the sum of the stripes' `held` while limited
+  std::int64_t chunk = 0;     ///< extra credit a refill hands a stripe
+  /// A stripe whose unused credit passes this returns all but `chunk` of it (read
+  /// without the lock on the free path).
+  std::atomic<std::int64_t> return_above{0};
+  BudgetStripe stripes[BUDGET_STRIPES];
+
+  static constexpr std::int64_t wrap_add(std::int64_t a, std::int64_t b) noexcept {
+    return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
+  }
+
+  /// The fast path: charges `n` to `st` if it fits under the stripe's `held`.
+  static bool try_charge(BudgetStripe& st, std::int64_t n) noexcept {
+    const std::int64_t v = wrap_add(st.charged.fetch_add(n, std::memory_order_seq_cst), n);
+    if (v <= st.held.load(std::memory_order_seq_cst)) return true;
+    st.charged.fetch_sub(n, std::memory_order_relaxed);
+    return false;
+  }
+
+  /// Lowers `st.held` to what it has charged plus `keep`; returns the credit released.
+  /// @pre mu is held and the ordinal is limited or becoming so.
+  static std::int64_t trim(BudgetStripe& st, std::int64_t keep, bool* overshoot = nullptr) noexcept {
+    const std::int64_t h = st.held.load(std::memory_order_relaxed);  // only we write it
+    const std::int64_t target = wrap_add(st.charged.load(std::memory_order_seq_cst), keep);
+    if (target >= h) return 0;
+    st.held.store(target, std::memory_order_seq_cst);
+    // A charger that read the old `held` made its fetch_add before our store (seq_cst),
+    // so this load sees it: `held` never drops below what a passed check relies on.
+    const std::int64_t c = st.charged.load(std::memory_order_seq_cst);
+    std::int64_t final_held = target;
+    if (c > target) {
+      final_held = c < h ? c : h;
+      st.held.store(final_held, std::memory_order_seq_cst);
+      if (overshoot != nullptr) *overshoot = true;
+    }
+    return h - final_held;
+  }
+
+  /// @pre mu is held.
+  void set_limit_locked(std::size_t limit_bytes) noexcept {
+    limit.store(limit_bytes, std::memory_order_relaxed);
+    if (limit_bytes >= static_cast<std::size_t>(BUDGET_UNLIMITED)) {
+      for (auto& st : stripes) st.held.store(BUDGET_UNLIMITED, std::memory_order_seq_cst);
+      reserved = 0;
+      return_above.store(BUDGET_UNLIMITED, std::memory_order_relaxed);
+      return;
+    }
+    const auto l = static_cast<std::int64_t>(limit_bytes);
+    chunk = l / 256;
+    return_above.store(std::max(l / 16, 2 * chunk), std::memory_order_relaxed);
+    // Revoke every stripe's unused credit: what is charged stays charged (lowering the
+    // limit revokes no allocation), credit cached under the old limit is gone.
+    reserved = 0;
+    for (auto& st : stripes) {
+      (void)trim(st, 0);
+      reserved = wrap_add(reserved, st.held.load(std::memory_order_relaxed));
+    }
+  }
+
+  /// The slow path: refills `st` from the ordinal's free budget, reclaiming every
+  /// stripe's unused credit before it gives up. Returns whether `n` was charged to `st`.
+  bool charge_slow(BudgetStripe& st, std::int64_t n) noexcept {
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::lock_guard lock(mu);
+      if (st.held.load(std::memory_order_relaxed) == BUDGET_UNLIMITED) {
+        // The limit was cleared since the fast path looked.
+        st.charged.fetch_add(n, std::memory_order_relaxed);
+        return true;
+      }
+      const auto l = static_cast<std::int64_t>(limit.load(std::memory_order_relaxed));
+      if (n > l) return false;
+      bool reclaimed = false, overshoot = false;
+      for (;;) {
+        const std::int64_t room = l - reserved;  // may be negative after a lowered limit
+        if (room >= n) {
+          const std::int64_t give = room - n >= chunk ? n + chunk : room;
+          st.held.store(wrap_add(st.held.load(std::memory_order_relaxed), give), std::memory_order_seq_cst);
+          reserved += give;
+          if (try_charge(st, n)) return true;
+          continue;  // a thread sharing the stripe took it; it was charged, so go on
+        }
+        if (reclaimed) break;
+        for (auto& other : stripes) reserved -= trim(other, 0, &overshoot);
+        reclaimed = true;
+      }
+      // A charger on another stripe was between its fetch_add and its check when we
+      // read its stripe: its request counted for an instant. Look once more.
+      if (!overshoot) return false;
+      std::this_thread::yield();
+    }
+    return false;
+  }
+
+  /// Charges `n` beyond the limit if need be (an upstream that returned a larger block).
+  void charge_forced(BudgetStripe& st, std::int64_t n) noexcept {
+    std::lock_guard lock(mu);
+    const std::int64_t h = st.held.load(std::memory_order_relaxed);
+    if (h != BUDGET_UNLIMITED) {
+      st.held.store(wrap_add(h, n), std::memory_order_seq_cst);
+      reserved += n;
+    }
+    st.charged.fetch_add(n, std::memory_order_relaxed);
+  }
+
+  /// Credits `n` through `st`, and returns the stripe's unused credit above
+  /// `return_above` to the ordinal.
+  void credit(BudgetStripe& st, std::int64_t n) noexcept {
+    const std::int64_t v = wrap_add(st.charged.fetch_sub(n, std::memory_order_relaxed), -n);
+    const std::int64_t h = st.held.load(std::memory_order_relaxed);
+    if (h == BUDGET_UNLIMITED || h - v <= return_above.load(std::memory_order_relaxed)) return;
+    std::lock_guard lock(mu);
+    if (st.held.load(std::memory_order_relaxed) == BUDGET_UNLIMITED) return;
+    // Keep a chunk, but only out of the free budget: after a lowered limit there is none.
+    reserved -= trim(st, 0);
+    const std::int64_t room = static_cast<std::int64_t>(limit.load(std::memory_order_relaxed)) - reserved;
+    const std::int64_t keep = room < chunk ? room : chunk;
+    if (keep > 0) {
+      st.held.store(wrap_add(st.held.load(std::memory_order_relaxed), keep), std::memory_order_seq_cst);
+      reserved += keep;
+    }
+  }
+
+  /// Bytes charged: the sum of the stripes (exact once the threads that charge and
+  /// credit are quiescent; meanwhile the view of a moment, never negative).
+  std::size_t in_use() const noexcept {
+    std::int64_t sum = 0;
+    for (const auto& st : stripes) sum = wrap_add(sum, st.charged.load(std::memory_order_relaxed));
+    return sum > 0 ? static_cast<std::size_t>(sum) : 0;
+  }
+
+  /// The stripes' credit (charged or not) while limited: never above the limit unless
+  /// the limit was lowered below what is charged. 0 when unlimited.
+  std::size_t reserved_bytes() noexcept {
+    std::lock_guard lock(mu);
+    return reserved > 0 ? static_cast<std::size_t>(reserved) : 0;
+  }
 };
 
 /// The process-wide table, one slot per ordinal. Constant-initialised and trivially
@@ -44,7 +199,7 @@ struct alignas(64) BudgetSlot {
 /// between the shared objects that include it (the default visibility); a library built
 /// with -fvisibility=hidden gets a table of its own.
 inline BudgetSlot* budget_slot(std::uint32_t ordinal) noexcept {
-  static BudgetSlot table[BUDGET_ORDINALS];
+  static constinit BudgetSlot table[BUDGET_ORDINALS];
   return ordinal < BUDGET_ORDINALS ? &table[ordinal] : nullptr;
 }
 
@@ -59,11 +214,14 @@ inline error bad_budget_ordinal(std::uint32_t ordinal) {
 /// Sets the byte budget of `ordinal` for the whole process: every Budget stack on that
 /// ordinal, existing or future, checks its next allocation against it. The last call
 /// wins. Lowering the limit below what is in use revokes nothing; allocations are refused
-/// until enough is freed. Errors: invalid_ordinal. Thread-safe; lock-free.
+/// until enough is freed. Credit that stacks had reserved under the old limit and not
+/// charged is revoked, so none of it is usable beyond the new limit. Errors:
+/// invalid_ordinal. Thread-safe. (Takes the ordinal's lock, as a refill does.)
 inline result<void> set_device_budget(std::uint32_t ordinal, std::size_t limit_bytes) noexcept {
   auto* slot = detail::budget_slot(ordinal);
   if (slot == nullptr) return detail::bad_budget_ordinal(ordinal);
-  slot->limit.store(limit_bytes, std::memory_order_relaxed);
+  std::lock_guard lock(slot->mu);
+  slot->set_limit_locked(limit_bytes);
   return ok();
 }
 
@@ -72,13 +230,13 @@ inline result<void> clear_device_budget(std::uint32_t ordinal) noexcept {
   return set_device_budget(ordinal, std::numeric_limits<std::size_t>::max());
 }
 
-/// The limit of `ordinal` and what every Budget of the process has charged against it.
+/// The limit of `ordinal` and what every Budget of the process has charged against it
+/// (the sum of its stripes: exact once the threads allocating on it are quiescent).
 /// Errors: invalid_ordinal. Thread-safe; lock-free.
 inline result<BudgetUsage> device_budget(std::uint32_t ordinal) noexcept {
   auto* slot = detail::budget_slot(ordinal);
   if (slot == nullptr) return detail::bad_budget_ordinal(ordinal);
-  return BudgetUsage{slot->limit.load(std::memory_order_relaxed),
-                     slot->in_use.load(std::memory_order_relaxed)};
+  return BudgetUsage{slot->limit.load(std::memory_order_relaxed), slot->in_use()};
 }
 
 /// Not thread-safe: a value, owned by one thread at a time.
@@ -92,7 +250,7 @@ struct BudgetOptions {
 
 /// Caps the bytes the whole process holds on one device ordinal.
 ///
-/// Every Budget on ordinal N charges the same counter: a stack built by a library and one
+/// Every Budget on ordinal N charges the same budget: a stack built by a library and one
 /// built by the application share the limit. An allocation is charged before it reaches
 /// the upstream and given back if the upstream fails. When the charge does not fit,
 /// Budget reaps its upstream's queued frees (reap_pending), credits what they gave back,
@@ -116,21 +274,48 @@ struct BudgetOptions {
 /// Frees queued by *another* stack on the ordinal are reaped by that stack, not by this
 /// one's pressure path.
 ///
-/// Lock-free protocol (the ordinal's `in_use` counter and this stack's `pending_`):
-/// - `in_use` is charged by a compare-exchange loop that refuses to go past `limit`.
-///   fetch_add-then-check would be simpler but overshoots for a moment, and a concurrent
-///   request that fits would then be refused for another's excess. The loop only retries
-///   when another thread changed `in_use`, so some thread always makes progress. Credits
-///   are fetch_sub. All of these are relaxed: the counter guards a quantity, publishes no
-///   data, and the total order of read-modify-writes on one atomic is all the cap needs.
-///   `limit` is read relaxed: a new limit applies from the next charge that sees it.
-/// - `pending_` is raised with a release fetch_add after the upstream's deallocate has
-///   queued the free, and emptied with an acquire exchange before the upstream reap: the
-///   pair makes the queued free (the upstream's own bookkeeping of it) happen-before the
+/// Protocol (no read-modify-write on a line shared by all threads on the fast path).
+/// Each ordinal has BUDGET_STRIPES stripes; a thread uses the stripe of its ticket
+/// (detail::thread_stripe). A stripe has `charged` (charges minus credits made through
+/// it; a stripe that frees blocks charged elsewhere goes negative) and `held` (the
+/// credit it may charge up to). In use is the sum of `charged`; the cap is
+/// "sum of held <= limit" (`reserved`, kept under the ordinal's spin lock, which guards
+/// every write of `held`), and each stripe keeps charged <= held for every charge that
+/// passed. With no limit, `held` is BUDGET_UNLIMITED and every check passes.
+/// - Charge (fast): fetch_add `charged`, then load `held`; over it, fetch_sub back and
+///   take the slow path. Both seq_cst (free on x86: a locked add is already a full
+///   fence): they pair with the trim below. Credit: fetch_sub `charged`, relaxed (a
+///   credit only makes room; a reader that misses it holds more back, never less).
+/// - Refill (slow, under the lock): the stripe's `held` grows by the request plus a
+///   chunk (limit/256) while the sum stays within the limit. When it does not fit,
+///   every stripe is trimmed to what it has charged (credit stranded in the stripe of
+///   another thread, or of one that has exited, comes back) and the refill is tried
+///   again; only then does the charge fail. A request that fits in limit - in use
+///   therefore never fails for lack of credit in the stripes. The one exception is a
+///   race for the last free bytes: a charger on another stripe counts for the instant
+///   between its fetch_add and its check, so a reclaim that saw such an overshoot looks
+///   once more before failing.
+/// - Trim (under the lock): store `held` = charged + keep, then read `charged` again
+///   and raise `held` to it if it grew. seq_cst: a charger that read the old `held`
+///   made its fetch_add before our store, so the second read sees it and `held` never
+///   drops below a charge that passed. Why not a compare-exchange on `charged` against
+///   `held`: the trim lowers `held` while a charger holds its old value, and a
+///   compare-exchange that sees `charged` come back to the same number (ABA) would pass.
+/// - A credit that leaves a stripe more than limit/16 of unused credit returns all but a
+///   chunk, and the chunk only while the sum is below the limit (so a thread that
+///   allocates and frees the same sizes never takes the lock, and no stripe keeps credit
+///   beyond a lowered limit).
+///   set_device_budget trims every stripe to what it has charged: the new limit applies
+///   to all credit from then on.
+/// - `pending` (this stack's queued frees) is striped the same way, per stack: raised
+///   with a release fetch_add after the upstream's deallocate has queued the free, and
+///   emptied stripe by stripe with acquire exchanges before the upstream reap: the pair
+///   makes the queued free (the upstream's own bookkeeping of it) happen-before the
 ///   reap that the reaping thread then runs, so that reap is sure to see it.
 ///
-/// Thread-safe; lock-free. (The budget's own bookkeeping; the upstream keeps its own
-/// guarantees.) Construction and moves happen-before use.
+/// Thread-safe. (The fast paths take no lock; a refill, a reclaim or a large return of
+/// credit takes the ordinal's spin lock. The budget's own bookkeeping; the upstream keeps
+/// its own guarantees.) Construction and moves happen-before use.
 template <DeviceMemoryResource Upstream>
 class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
  public:
@@ -141,12 +326,16 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
       std::is_nothrow_move_constructible_v<Upstream>)
       : up_(std::move(upstream)), slot_(detail::budget_slot(up_.device_ordinal())) {
     if (options.limit_bytes && slot_ != nullptr) {
-      slot_->limit.store(*options.limit_bytes, std::memory_order_relaxed);
+      std::lock_guard lock(slot_->mu);
+      slot_->set_limit_locked(*options.limit_bytes);
     }
   }
   Budget(Budget&& o) noexcept(std::is_nothrow_move_constructible_v<Upstream>)
-      : up_(std::move(o.up_)), slot_(o.slot_),
-        pending_(o.pending_.exchange(0, std::memory_order_acq_rel)) {}
+      : up_(std::move(o.up_)), slot_(o.slot_) {
+    for (std::uint32_t i = 0; i < PENDING_STRIPES; ++i) {
+      pending_[i].v.store(o.pending_[i].v.exchange(0, std::memory_order_acq_rel), std::memory_order_relaxed);
+    }
+  }
   Budget(const Budget&) = delete;
   Budget& operator=(const Budget&) = delete;
   Budget& operator=(Budget&&) = delete;
@@ -154,7 +343,7 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
   /// Frees still queued when the stack is destroyed are reaped (best effort) and
   /// credited; blocks still live stay charged, since the device still holds them.
   ~Budget() {
-    if (pending_.load(std::memory_order_relaxed) != 0) (void)reap_pending();
+    if (pending_credit() != 0) (void)reap_pending();
   }
 
   /// Errors: out_of_budget (after one reap and retry), invalid_ordinal (an upstream
@@ -162,19 +351,20 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
     if (bytes == 0) return up_.allocate(bytes, stream, tag);  // the upstream names it
     if (slot_ == nullptr) return detail::bad_budget_ordinal(up_.device_ordinal());
-    if (!try_charge(bytes)) {
+    detail::BudgetStripe& st = stripe();
+    if (!charge(st, bytes)) {
       auto reaped = reap_pending();
-      if (!try_charge(bytes)) return over_budget(bytes, stream, tag, reaped);
+      if (!charge(st, bytes)) return over_budget(bytes, stream, tag, reaped);
     }
     auto b = up_.allocate(bytes, stream, tag);
     if (!b) {
-      credit(bytes);
+      slot_->credit(st, static_cast<std::int64_t>(bytes));
       return b;
     }
     if (b->bytes() > bytes) {
-      slot_->in_use.fetch_add(b->bytes() - bytes, std::memory_order_relaxed);
+      slot_->charge_forced(st, static_cast<std::int64_t>(b->bytes() - bytes));
     } else if (b->bytes() < bytes) {
-      credit(bytes - b->bytes());
+      slot_->credit(st, static_cast<std::int64_t>(bytes - b->bytes()));
     }
     return b;
   }
@@ -188,9 +378,9 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
     auto r = up_.deallocate(std::move(block));
     if (was_live && block.empty()) {
       if constexpr (frees_synchronously) {
-        credit(n);
+        if (slot_ != nullptr) slot_->credit(stripe(), static_cast<std::int64_t>(n));
       } else {
-        pending_.fetch_add(n, std::memory_order_release);
+        pending_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_add(n, std::memory_order_release);
       }
     }
     return r;
@@ -200,25 +390,32 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
 
   /// Reaps the upstream and credits the frees it has seen complete.
   result<void> reap_pending() noexcept {
-    const std::size_t taken = pending_.exchange(0, std::memory_order_acquire);
+    std::size_t taken = 0;
+    for (auto& p : pending_) {
+      if (p.v.load(std::memory_order_relaxed) != 0) taken += p.v.exchange(0, std::memory_order_acquire);
+    }
     auto r = up_.reap_pending();
     if (!r) {
-      if (taken != 0) pending_.fetch_add(taken, std::memory_order_relaxed);
+      if (taken != 0) pending_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_add(taken, std::memory_order_relaxed);
       return r;
     }
-    credit(taken);
+    if (taken != 0 && slot_ != nullptr) slot_->credit(stripe(), static_cast<std::int64_t>(taken));
     return ok();
   }
 
   std::uint32_t device_ordinal() const noexcept { return up_.device_ordinal(); }
 
   /// Bytes this stack has freed that are still charged, waiting for a reap.
-  std::size_t pending_credit() const noexcept { return pending_.load(std::memory_order_relaxed); }
+  std::size_t pending_credit() const noexcept {
+    std::size_t sum = 0;
+    for (const auto& p : pending_) sum += p.v.load(std::memory_order_relaxed);
+    return sum;
+  }
 
   /// The ordinal's budget (see device_budget()).
   BudgetUsage usage() const noexcept {
     if (slot_ == nullptr) return {};
-    return {slot_->limit.load(std::memory_order_relaxed), slot_->in_use.load(std::memory_order_relaxed)};
+    return {slot_->limit.load(std::memory_order_relaxed), slot_->in_use()};
   }
 
   // ---- upstream (the optional capabilities are forwarded by detail::Forwarding) ----
@@ -227,18 +424,25 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
   const Upstream& upstream() const noexcept { return up_; }
 
  private:
-  bool try_charge(std::size_t n) noexcept {
-    const std::size_t limit = slot_->limit.load(std::memory_order_relaxed);
-    std::size_t cur = slot_->in_use.load(std::memory_order_relaxed);
-    do {
-      if (n > limit || cur > limit - n) return false;
-    } while (!slot_->in_use.compare_exchange_weak(cur, cur + n, std::memory_order_relaxed,
-                                                  std::memory_order_relaxed));
-    return true;
+  /// Stripes of this stack's pending count (a power of two).
+  static constexpr std::uint32_t PENDING_STRIPES = 16;
+  struct alignas(detail::STRIPE_ALIGN) PendingStripe {
+    std::atomic<std::size_t> v{0};
+  };
+
+  detail::BudgetStripe& stripe() const noexcept {
+    return slot_->stripes[detail::thread_stripe(detail::BUDGET_STRIPES)];
   }
 
-  void credit(std::size_t n) noexcept {
-    if (n != 0) slot_->in_use.fetch_sub(n, std::memory_order_relaxed);
+  bool charge(detail::BudgetStripe& st, std::size_t n) noexcept {
+    if (n > static_cast<std::size_t>(detail::BUDGET_UNLIMITED)) {
+      // No stripe arithmetic for such a request: it fits only when there is no limit.
+      if (slot_->limit.load(std::memory_order_relaxed) != std::numeric_limits<std::size_t>::max()) return false;
+      slot_->charge_forced(st, static_cast<std::int64_t>(n));
+      return true;
+    }
+    const auto m = static_cast<std::int64_t>(n);
+    return detail::BudgetSlot::try_charge(st, m) || slot_->charge_slow(st, m);
   }
 
   error over_budget(std::size_t bytes, StreamId stream, AllocTag tag, const result<void>& reaped) const {
@@ -258,7 +462,7 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
 
   [[no_unique_address]] Upstream up_;
   detail::BudgetSlot* slot_;
-  std::atomic<std::size_t> pending_{0};
+  PendingStripe pending_[PENDING_STRIPES];
 };
 
 static_assert(DeviceMemoryResource<Budget<detail::PlainArchetype>>);

@@ -4,11 +4,13 @@
 // Statistics<Up>: per-tag and total counts of what a stack allocates and frees.
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <new>
 #include <optional>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
+#include "xlogrt/resource/detail/stripes.hpp"
 
 namespace xlogrt {
 
@@ -25,7 +28,7 @@ namespace xlogrt {
 /// Not thread-safe: a value, owned by one thread at a time.
 struct AllocationCounters {
   std::size_t current_bytes = 0;   ///< allocated and not yet deallocated
-  std::size_t peak_bytes = 0;      ///< the largest current_bytes has been
+  std::size_t peak_bytes = 0;      ///< an upper bound of the largest current_bytes (see Statistics)
   std::size_t total_bytes = 0;     ///< allocated since construction (cumulative)
   std::size_t freed_bytes = 0;     ///< deallocated since construction
   std::uint64_t current_count = 0; ///< blocks allocated and not yet deallocated
@@ -59,8 +62,13 @@ struct StatisticsSnapshot {
 /// Not thread-safe: a value, owned by one thread at a time.
 struct StatisticsOptions {
   /// Tags 0 .. tag_slots-1 are counted one by one; larger tags share one `other` entry.
-  /// Each slot is one cache line.
+  /// Each slot is one cache line per stripe.
   std::uint32_t tag_slots = 64;
+  /// Stripes of the counters (rounded up to a power of two, at most 256); 0: the host's
+  /// cores, rounded up, at least 4 and at most 64. A thread counts in the stripe of its
+  /// ticket; a stripe's memory ((tag_slots + 2) cache lines) is allocated the first time
+  /// a thread uses it.
+  std::uint32_t stripes = 0;
 };
 
 /// Counts, per tag and in total: current, peak and cumulative bytes; allocations, frees,
@@ -69,23 +77,49 @@ struct StatisticsOptions {
 /// here; the stack's bytes_outstanding() is the figure that waits for the reap; a block
 /// DebugGuard frees while reporting a corrupted guard is freed).
 ///
-/// Cheap enough to leave on: no lock. An allocate does a few relaxed atomic additions
-/// on its tag's cache line and one addition (plus a rare compare-exchange for a new
-/// peak) on the total's line; tags on different lines do not contend.
+/// Cheap enough to leave on, at any thread count: no lock, and no read-modify-write on a
+/// line other threads write. The counters are striped: a thread counts in the stripe of
+/// its ticket (detail::thread_stripe), one cache line per tag per stripe plus one for
+/// all tags; an allocate does four relaxed additions there (a free the same), and
+/// snapshot() sums the stripes.
 ///
 /// snapshot() is consistent: each figure comes from one read of each counter, taken in
 /// an order that keeps every invariant — current = total - freed and never negative,
 /// current_count = allocations - frees, peak >= current, total = the sum of the tags —
 /// even while other threads allocate (it is then the view of a moment, per counter, not
-/// a stop of the world). Once the threads are quiescent it is exact.
+/// a stop of the world). Once the threads are quiescent it is exact (peak aside, below).
 ///
 /// Memory orders: frees are counted with release additions and snapshot() reads the
-/// free counters with acquire loads *before* the allocation counters. A free of a block
-/// happens after that block's allocation was counted (the block reached the freeing
-/// thread through the caller's own synchronisation), so every free the snapshot sees has
-/// its allocation seen too, and no figure goes negative. Peaks use the value returned by
-/// the `live` fetch_add (the modification order of one atomic defines "the largest
-/// value"), then a relaxed compare-exchange max.
+/// free counters of every stripe with acquire loads *before* it reads any allocation
+/// counter. A free of a block happens after that block's allocation was counted (the
+/// block reached the freeing thread through the caller's own synchronisation), whichever
+/// stripes the two were counted in, so every free the snapshot sees has its allocation
+/// seen too, and no figure goes negative.
+///
+/// What peak_bytes means. With striped counters there is no one counter whose largest
+/// value is "the peak", and keeping one (a shared live total and a compare-exchange per
+/// allocation) is the contention this design removes. Each stripe keeps, per tag and for
+/// all tags, a *mark*: at least its own live bytes (its allocated minus its freed, below
+/// zero in a stripe that frees what others allocated), raised the moment the stripe's live
+/// bytes pass it, and lowered at every EPOCH-th (64th) allocation or free of that tag in
+/// that stripe to the largest live bytes the stripe reached since the previous such
+/// point. The sum of the marks lives on one shared line per tag, touched only when a mark
+/// moves; peak_bytes is the largest value that sum has taken (and never less than the
+/// snapshot's current_bytes). So:
+/// - peak_bytes is never below the true peak: at every moment each mark is at least its
+///   stripe's live bytes, so the sum of the marks is at least the current bytes;
+/// - it is exact when one thread allocates (one stripe moves; the others stay at their
+///   marks), and more generally when the stripes reach their highs together;
+/// - otherwise it can exceed the true peak by what the other stripes freed within their
+///   last two epochs (a mark is the stripe's high since the start of the previous epoch,
+///   so at most 2 x 64 of that stripe's own allocations and frees of the tag, or of all
+///   tags for the total): their marks still count it. A thread that frees its own blocks
+///   never makes its stripe count more than its own largest live bytes.
+/// Cost of the mark: none in a steady state (a thread that allocates and frees the same
+/// sizes raises its mark once); one shared fetch_add each time a stripe's live bytes
+/// set a new high within the epoch, and at most one per epoch to lower it. A thread whose
+/// live bytes rise without end (it allocates, others free) still adds to the shared line
+/// once per allocation.
 ///
 /// Thread-safe; lock-free. Construction and moves happen-before use.
 template <DeviceMemoryResource Upstream>
@@ -94,21 +128,34 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
   static constexpr bool supports_block_use_tracking = Upstream::supports_block_use_tracking;
   static constexpr bool frees_synchronously = SynchronousFree<Upstream>;
 
+  /// Operations of one tag in one stripe between two lowerings of its mark.
+  static constexpr std::uint64_t EPOCH = 64;
+
   explicit Statistics(Upstream upstream, StatisticsOptions options = {})
-      : up_(std::move(upstream)), state_(std::make_unique<State>(options.tag_slots)) {}
+      : up_(std::move(upstream)), state_(std::make_unique<State>(options)) {}
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
     auto b = up_.allocate(bytes, stream, tag);
-    Entry& e = state_->entry(tag);
+    State& st = *state_;
+    Entry* stripe = st.stripe();
+    const std::uint32_t i = st.index(tag);
+    Entry& e = stripe[i];
     if (!b) {
       e.failed.fetch_add(1, std::memory_order_relaxed);
       return b;
     }
     const std::size_t n = b->bytes();
-    e.allocated_bytes.fetch_add(n, std::memory_order_relaxed);
-    e.allocations.fetch_add(1, std::memory_order_relaxed);
-    raise_peak(e, e.live.fetch_add(n, std::memory_order_relaxed) + n);
-    raise_peak(state_->all, state_->all.live.fetch_add(n, std::memory_order_relaxed) + n);
+    Entry& all = stripe[st.slots + 1];
+    const std::int64_t live = e.allocated(n);
+    const std::int64_t live_all = all.allocated(n);
+    raise_mark(e, st.shared[i], live);
+    raise_mark(all, st.shared[st.slots + 1], live_all);
+    if (e.allocations.fetch_add(1, std::memory_order_relaxed) % EPOCH == EPOCH - 1) {
+      lower_mark(e, st.shared[i], live);
+    }
+    if (all.allocations.fetch_add(1, std::memory_order_relaxed) % EPOCH == EPOCH - 1) {
+      lower_mark(all, st.shared[st.slots + 1], live_all);
+    }
     return b;
   }
 
@@ -118,11 +165,17 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     const bool was_live = !block.empty();
     auto r = up_.deallocate(std::move(block));
     if (!was_live || !block.empty()) return r;  // not freed (see Budget::deallocate)
-    Entry& e = state_->entry(tag);
-    e.live.fetch_sub(n, std::memory_order_relaxed);
-    state_->all.live.fetch_sub(n, std::memory_order_relaxed);
-    e.freed_bytes.fetch_add(n, std::memory_order_release);
-    e.frees.fetch_add(1, std::memory_order_release);
+    State& st = *state_;
+    Entry* stripe = st.stripe();
+    const std::uint32_t i = st.index(tag);
+    Entry& e = stripe[i];
+    Entry& all = stripe[st.slots + 1];
+    const std::int64_t live_all = all.freed(n);
+    const std::int64_t live = e.freed(n);
+    if (e.frees.fetch_add(1, std::memory_order_release) % EPOCH == EPOCH - 1) lower_mark(e, st.shared[i], live);
+    if (all.frees.fetch_add(1, std::memory_order_relaxed) % EPOCH == EPOCH - 1) {
+      lower_mark(all, st.shared[st.slots + 1], live_all);
+    }
     return r;
   }
 
@@ -134,24 +187,46 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
   StatisticsSnapshot snapshot() const {
     StatisticsSnapshot s;
     const State& st = *state_;
-    for (std::uint32_t i = 0; i <= st.slots; ++i) {
-      const AllocationCounters c = read(st.entries[i]);
-      if (c.allocations == 0 && c.failed == 0) continue;
-      if (i == st.slots) {
-        s.other = c;
-      } else {
-        s.tags.push_back({AllocTag{i}, c});
-      }
-      s.total.current_bytes += c.current_bytes;
-      s.total.total_bytes += c.total_bytes;
-      s.total.freed_bytes += c.freed_bytes;
-      s.total.current_count += c.current_count;
-      s.total.allocations += c.allocations;
-      s.total.frees += c.frees;
-      s.total.failed += c.failed;
+    const std::uint32_t n = st.slots + 1;  // tags and `other`
+    std::vector<AllocationCounters> c(n);
+    std::vector<Entry*> stripes;
+    for (std::uint32_t k = 0; k < st.count; ++k) {
+      if (Entry* p = st.stripes[k].load(std::memory_order_acquire)) stripes.push_back(p);
     }
-    const std::size_t peak = st.all.peak.load(std::memory_order_relaxed);
-    s.total.peak_bytes = peak > s.total.current_bytes ? peak : s.total.current_bytes;
+    // Frees first, in every stripe (see the class comment).
+    for (Entry* p : stripes) {
+      for (std::uint32_t i = 0; i < n; ++i) {
+        c[i].frees += p[i].frees.load(std::memory_order_acquire);
+        c[i].freed_bytes += p[i].freed_bytes.load(std::memory_order_acquire);
+      }
+    }
+    for (Entry* p : stripes) {
+      for (std::uint32_t i = 0; i < n; ++i) {
+        c[i].allocations += p[i].allocations.load(std::memory_order_relaxed);
+        c[i].total_bytes += p[i].allocated_bytes.load(std::memory_order_relaxed);
+        c[i].failed += p[i].failed.load(std::memory_order_relaxed);
+      }
+    }
+    for (std::uint32_t i = 0; i < n; ++i) {
+      finish(c[i], st.shared[i]);
+      if (c[i].allocations == 0 && c[i].failed == 0) continue;
+      if (i == st.slots) {
+        s.other = c[i];
+      } else {
+        s.tags.push_back({AllocTag{i}, c[i]});
+      }
+      s.total.current_bytes += c[i].current_bytes;
+      s.total.total_bytes += c[i].total_bytes;
+      s.total.freed_bytes += c[i].freed_bytes;
+      s.total.current_count += c[i].current_count;
+      s.total.allocations += c[i].allocations;
+      s.total.frees += c[i].frees;
+      s.total.failed += c[i].failed;
+    }
+    const std::int64_t peak = st.shared[st.slots + 1].peak.load(std::memory_order_relaxed);
+    s.total.peak_bytes = peak > 0 && static_cast<std::size_t>(peak) > s.total.current_bytes
+                             ? static_cast<std::size_t>(peak)
+                             : s.total.current_bytes;
     return s;
   }
 
@@ -161,36 +236,114 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
   const Upstream& upstream() const noexcept { return up_; }
 
  private:
+  /// One tag (or all tags) in one stripe. Sizes wrap: a stripe that frees blocks
+  /// allocated in another has freed more than it allocated; the sums are exact.
   struct alignas(64) Entry {
-    std::atomic<std::size_t> live{0};  // current bytes, for the peak
-    std::atomic<std::size_t> peak{0};
     std::atomic<std::size_t> allocated_bytes{0};
     std::atomic<std::size_t> freed_bytes{0};
-    std::atomic<std::uint64_t> allocations{0};
-    std::atomic<std::uint64_t> frees{0};
-    std::atomic<std::uint64_t> failed{0};
+    std::atomic<std::uint64_t> allocations{0};  // in the all-tags entry: its epoch only
+    std::atomic<std::uint64_t> frees{0};        // in the all-tags entry: its epoch only
+    std::atomic<std::uint64_t> failed{0};       // unused in the all-tags entry
+    std::atomic<std::int64_t> high{0};  // the largest live bytes since the mark was last lowered
+    std::atomic<std::int64_t> mark{0};  // this stripe's share of Shared::marks
+
+    static std::int64_t live_of(std::size_t a, std::size_t f) noexcept { return static_cast<std::int64_t>(a - f); }
+    /// Counts an allocation; returns the stripe's live bytes after it.
+    std::int64_t allocated(std::size_t n) noexcept {
+      const std::size_t a = allocated_bytes.fetch_add(n, std::memory_order_relaxed) + n;
+      const std::int64_t live = live_of(a, freed_bytes.load(std::memory_order_relaxed));
+      std::int64_t h = high.load(std::memory_order_relaxed);
+      while (live > h && !high.compare_exchange_weak(h, live, std::memory_order_relaxed)) {
+      }
+      return live;
+    }
+    /// Counts a free (release: see the class comment); returns the live bytes after it.
+    std::int64_t freed(std::size_t n) noexcept {
+      const std::size_t f = freed_bytes.fetch_add(n, std::memory_order_release) + n;
+      return live_of(allocated_bytes.load(std::memory_order_relaxed), f);
+    }
+  };
+  /// Per tag (and for all tags): the sum of the stripes' marks and its largest value.
+  struct alignas(64) Shared {
+    std::atomic<std::int64_t> marks{0};
+    std::atomic<std::int64_t> peak{0};
   };
   struct State {
-    explicit State(std::uint32_t n) : slots(n), entries(new Entry[std::size_t{n} + 1]) {}
-    Entry& entry(AllocTag t) noexcept { return entries[t.value < slots ? t.value : slots]; }
+    explicit State(const StatisticsOptions& o)
+        : slots(o.tag_slots), count(stripe_count(o.stripes)),
+          stripes(new std::atomic<Entry*>[count]), shared(new Shared[std::size_t{slots} + 2]) {
+      for (std::uint32_t k = 0; k < count; ++k) stripes[k].store(nullptr, std::memory_order_relaxed);
+      stripes[0].store(new Entry[entries()], std::memory_order_relaxed);  // the fallback
+    }
+    ~State() {
+      for (std::uint32_t k = 0; k < count; ++k) delete[] stripes[k].load(std::memory_order_relaxed);
+    }
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+
+    static std::uint32_t stripe_count(std::uint32_t asked) noexcept {
+      std::uint32_t want = asked;
+      if (want == 0) {
+        const unsigned hw = std::thread::hardware_concurrency();
+        want = hw < 4 ? 4 : hw > 64 ? 64 : hw;
+      }
+      if (want > 256) want = 256;
+      return std::bit_ceil(want);
+    }
+    /// Entries of a stripe: the tags, `other`, all tags, and one cache line of padding
+    /// (new[] aligns the start to a line; the pad keeps the next allocation off ours).
+    std::size_t entries() const noexcept { return std::size_t{slots} + 3; }
+    std::uint32_t index(AllocTag t) const noexcept { return t.value < slots ? t.value : slots; }
+
+    /// The calling thread's stripe, allocated on its first use (stripe 0 when memory
+    /// is short: shared, still exact).
+    Entry* stripe() noexcept {
+      std::atomic<Entry*>& slot = stripes[detail::thread_stripe(count)];
+      Entry* p = slot.load(std::memory_order_acquire);
+      if (p != nullptr) [[likely]] return p;
+      Entry* fresh = new (std::nothrow) Entry[entries()];
+      if (fresh == nullptr) return stripes[0].load(std::memory_order_relaxed);
+      // acq_rel: release publishes the zeroed entries to snapshot() and other threads.
+      if (slot.compare_exchange_strong(p, fresh, std::memory_order_acq_rel, std::memory_order_acquire)) return fresh;
+      delete[] fresh;
+      return p;
+    }
+
     std::uint32_t slots;
-    std::unique_ptr<Entry[]> entries;  // [slots] is `other`
-    Entry all;                         // live and peak of all tags together
+    std::uint32_t count;
+    std::unique_ptr<std::atomic<Entry*>[]> stripes;
+    std::unique_ptr<Shared[]> shared;  // [slots] is `other`, [slots + 1] all tags
   };
 
-  static void raise_peak(Entry& e, std::size_t now) noexcept {
-    std::size_t p = e.peak.load(std::memory_order_relaxed);
-    while (now > p && !e.peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
+  /// Raises e's mark to `live` if it is below, adding the difference to the shared sum.
+  static void raise_mark(Entry& e, Shared& g, std::int64_t live) noexcept {
+    std::int64_t m = e.mark.load(std::memory_order_relaxed);
+    while (live > m) {
+      if (e.mark.compare_exchange_weak(m, live, std::memory_order_relaxed)) {
+        const std::int64_t sum = g.marks.fetch_add(live - m, std::memory_order_relaxed) + (live - m);
+        std::int64_t p = g.peak.load(std::memory_order_relaxed);
+        while (sum > p && !g.peak.compare_exchange_weak(p, sum, std::memory_order_relaxed)) {
+        }
+        return;
+      }
     }
   }
 
-  static AllocationCounters read(const Entry& e) noexcept {
-    AllocationCounters c;
-    c.frees = e.frees.load(std::memory_order_acquire);
-    c.freed_bytes = e.freed_bytes.load(std::memory_order_acquire);
-    c.allocations = e.allocations.load(std::memory_order_relaxed);
-    c.total_bytes = e.allocated_bytes.load(std::memory_order_relaxed);
-    c.failed = e.failed.load(std::memory_order_relaxed);
+  /// At an epoch's end: lowers e's mark to the epoch's high (never below `live`, the
+  /// live bytes now), and starts the next epoch from `live`.
+  static void lower_mark(Entry& e, Shared& g, std::int64_t live) noexcept {
+    const std::int64_t h = e.high.exchange(live, std::memory_order_relaxed);
+    const std::int64_t target = h > live ? h : live;
+    std::int64_t m = e.mark.load(std::memory_order_relaxed);
+    while (target < m) {
+      if (e.mark.compare_exchange_weak(m, target, std::memory_order_relaxed)) {
+        g.marks.fetch_sub(m - target, std::memory_order_relaxed);
+        return;
+      }
+    }
+  }
+
+  static void finish(AllocationCounters& c, const Shared& g) noexcept {
     // A free counted in `frees` but whose allocation's count is still in flight on
     // another thread cannot happen (see the class comment); the guards are for a caller
     // that frees a block before the allocating call has returned, which the contract
@@ -199,9 +352,9 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     if (c.total_bytes < c.freed_bytes) c.total_bytes = c.freed_bytes;
     c.current_bytes = c.total_bytes - c.freed_bytes;
     c.current_count = c.allocations - c.frees;
-    const std::size_t peak = e.peak.load(std::memory_order_relaxed);
-    c.peak_bytes = peak > c.current_bytes ? peak : c.current_bytes;
-    return c;
+    const std::int64_t peak = g.peak.load(std::memory_order_relaxed);
+    c.peak_bytes = peak > 0 && static_cast<std::size_t>(peak) > c.current_bytes ? static_cast<std::size_t>(peak)
+                                                                               : c.current_bytes;
   }
 
   [[no_unique_address]] Upstream up_;
