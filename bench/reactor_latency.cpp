@@ -4,18 +4,34 @@
 // Latency, on an idle stream: each round enqueues a tiny operation (a 4-byte memset)
 // after which the point lies, and times from just before that enqueue to the moment the
 // waiter runs. Nothing is subtracted: the figures include enqueueing, the device's
-// launch and the notification. Variants, measured in the same rounds, interleaved:
+// launch and the notification. Every waiter records the time it ran in a Stamp that the
+// measuring thread spins on, so every row learns of its waiter the same way. Variants,
+// measured in the same rounds, interleaved:
 //   floor          a host thread spinning on a flag written by cuStreamWriteValue32
 //   reactor cb     Reactor::on_done callback (flag write, scanner thread)
 //   reactor coro   co_await reactor.when_done(stream), resumed on the scanner
+//   ... idle       the same two, as the first wait after the rest of the round
 //   reactor hostfn Reactor with flag_writes = false (its host-function path)
 //   host func      cuLaunchHostFunc; the function is the waiter
 //   event poll     cuEventRecord + a thread polling cuEventQuery
 //   event sync     cuEventRecord + cuEventSynchronize
 //   stream sync    cuStreamSynchronize
+// The scanner's state decides the reactor's latency, so the reactor rows say which state
+// they measure and each delivery form is measured in both, the same number of times:
+//   - "scanner polling": right after another completion of the same reactor, so the
+//     scanner is in its spin phase, as in a busy engine. The two forms alternate which
+//     comes first. These rows are the ones compared with the floor's targets.
+//   - "after idle gap": the first wait of the round, after the rest of the round (well
+//     over spin_for): the scanner is yielding between passes, or parked if the gap
+//     exceeded spin_for + yield_for, and then the arm pays a futex wake. The forms
+//     alternate rounds; the "woken" column counts the arms that woke a parked scanner.
+// (Before, the callback row was always the first reactor wait after the gap and the
+// coroutine row always came right after it, which charged the scanner's idle phases to
+// the callback alone.)
 // Then the scanner's idle policy (ping-pong round trips of a host thread that awaits a
-// future and enqueues the next operation, for several spin budgets), throughput with
-// 1,024 waits in flight over 8 streams, and the CPU the reactor burns idle and busy.
+// future and enqueues the next operation, for several spin budgets), fan-out (8 waiters
+// of one StreamPoint against 8 separate waits), throughput with 1,024 waits in flight
+// over 8 streams, and the CPU the reactor burns idle and busy.
 //
 // On a machine without a GPU it runs on SimDriver and says so: those figures measure the
 // simulator, not a GPU.
@@ -47,6 +63,7 @@
 #include "xlogrt/driver/sim_driver.hpp"
 #include "xlogrt/reactor/awaitable.hpp"
 #include "xlogrt/reactor/pinned_flags.hpp"
+#include "xlogrt/reactor/point.hpp"
 #include "xlogrt/reactor/reactor.hpp"
 
 using namespace xlogrt;
@@ -158,12 +175,23 @@ struct Bench {
     auto reactor_hostfn = reactor(host_only);
     // Stream 0 for the reactor with flags, 1 for everything else (each variant waits for
     // its round to end before the next starts, so every stream is idle at its enqueue).
-    enum { FLOOR, R_CB, R_CORO, R_HOSTFN, HOST_FUNC, EV_POLL, EV_SYNC, STREAM_SYNC, N };
-    const char* names[N] = {"floor (spin on flag)", "reactor callback",  "reactor coroutine",
-                            "reactor, host-fn path", "launch_host_func", "event_record+poll",
-                            "event_synchronize",    "stream_synchronize"};
+    enum {
+      FLOOR, R_CB, R_CORO, R_CB_IDLE, R_CORO_IDLE, R_HOSTFN, HOST_FUNC, EV_POLL, EV_SYNC,
+      STREAM_SYNC, N
+    };
+    const char* names[N] = {"floor (spin on flag)",
+                            "reactor callback (scanner polling)",
+                            "reactor coroutine (scanner polling)",
+                            "reactor callback (after idle gap)",
+                            "reactor coroutine (after idle gap)",
+                            "reactor, host-fn path",
+                            "launch_host_func",
+                            "event_record+poll",
+                            "event_synchronize",
+                            "stream_synchronize"};
     std::vector<double> lat[N];
     for (auto& v : lat) v.reserve(rounds);
+    std::uint64_t woken[N] = {};  // samples whose arm woke a parked scanner
 
     // The event poller: a thread of its own, as a polling engine would have.
     std::atomic<int> poll_go{0};
@@ -191,9 +219,17 @@ struct Bench {
     auto& flag = flags->word(0);
     for (unsigned r = 0; r < rounds + 200; ++r) {  // the first 200 rounds warm up
       const bool keep = r >= 200;
-      for (int v = 0; v < N; ++v) {
+      // The round's order: the idle-gap sample (its form alternating by round) is the
+      // first reactor wait; the two polling samples follow it, in alternating order.
+      const bool odd = (r & 1) != 0;
+      const int order[N - 1] = {FLOOR,    odd ? R_CORO_IDLE : R_CB_IDLE,
+                                odd ? R_CORO : R_CB, odd ? R_CB : R_CORO,
+                                R_HOSTFN, HOST_FUNC, EV_POLL, EV_SYNC, STREAM_SYNC};
+      for (const int v : order) {
         st.reset();
         Clock::time_point t0, t1;
+        const bool reactor_row = v == R_CB || v == R_CORO || v == R_CB_IDLE || v == R_CORO_IDLE;
+        const std::uint64_t wakeups0 = reactor_row ? reactor_flags->counters().wakeups : 0;
         switch (v) {
           case FLOOR: {
             ++seq;
@@ -205,12 +241,14 @@ struct Bench {
             break;
           }
           case R_CB:
+          case R_CB_IDLE:
             t0 = Clock::now();
             op(0, 2);
             if (!reactor_flags->on_done(StreamId{0}, [&st](result<void>) { st.mark(); })) std::abort();
             t1 = st.wait();
             break;
           case R_CORO:
+          case R_CORO_IDLE:
             t0 = Clock::now();
             op(0, 3);
             co_stamp(*reactor_flags, StreamId{0}, st);
@@ -250,7 +288,10 @@ struct Bench {
             t1 = Clock::now();
             break;
         }
-        if (keep) lat[v].push_back(ns_since(t0, t1));
+        if (keep) {
+          lat[v].push_back(ns_since(t0, t1));
+          if (reactor_row && reactor_flags->counters().wakeups != wakeups0) ++woken[v];
+        }
         // Let both streams drain fully so that the next variant starts on idle streams.
         if (!d.stream_synchronize(stream(0)) || !d.stream_synchronize(stream(1))) std::abort();
       }
@@ -261,20 +302,27 @@ struct Bench {
     const Stats floor = stats(lat[FLOOR]);
     std::printf("\n## Latency: stream reaches the point -> the waiter runs (idle stream, %u rounds)\n\n",
                 rounds);
-    std::printf("| variant | median us | p99 us | median / floor | p99 / floor p99 |\n");
-    std::printf("|---|---:|---:|---:|---:|\n");
+    std::printf("| variant | samples | median us | p99 us | median / floor | p99 / floor p99 "
+                "| woken |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
     for (int v = 0; v < N; ++v) {
       const Stats s = stats(lat[v]);
-      std::printf("| %s | %.2f | %.2f | %.2fx | %.2fx |\n", names[v], s.median / 1e3, s.p99 / 1e3,
-                  s.median / floor.median, s.p99 / floor.p99);
+      const bool reactor_row = v == R_CB || v == R_CORO || v == R_CB_IDLE || v == R_CORO_IDLE;
+      std::printf("| %s | %zu | %.2f | %.2f | %.2fx | %.2fx | %s |\n", names[v], lat[v].size(),
+                  s.median / 1e3, s.p99 / 1e3, s.median / floor.median, s.p99 / floor.p99,
+                  reactor_row ? std::to_string(woken[v]).c_str() : "");
     }
-    const Stats cb = stats(lat[R_CB]);
     const Stats hf = stats(lat[HOST_FUNC]);
-    std::printf("\nTargets: reactor median <= 1.25x floor: %.2fx %s; >= 2.5x faster than "
-                "launch_host_func: %.2fx %s; p99 <= 2x floor p99: %.2fx %s\n",
-                cb.median / floor.median, cb.median <= 1.25 * floor.median ? "(met)" : "(NOT met)",
-                hf.median / cb.median, hf.median >= 2.5 * cb.median ? "(met)" : "(NOT met)",
-                cb.p99 / floor.p99, cb.p99 <= 2 * floor.p99 ? "(met)" : "(NOT met)");
+    for (const int v : {R_CB, R_CORO}) {
+      const Stats s = stats(lat[v]);
+      std::printf("\nTargets, %s: median <= 1.25x floor: %.2fx %s; >= 2.5x faster than "
+                  "launch_host_func: %.2fx %s; p99 <= 2x floor p99: %.2fx %s",
+                  names[v], s.median / floor.median,
+                  s.median <= 1.25 * floor.median ? "(met)" : "(NOT met)", hf.median / s.median,
+                  hf.median >= 2.5 * s.median ? "(met)" : "(NOT met)", s.p99 / floor.p99,
+                  s.p99 <= 2 * floor.p99 ? "(met)" : "(NOT met)");
+    }
+    std::printf("\n");
     const ReactorCounters c = reactor_flags->counters();
     std::printf("reactor (flags): armed %llu, completed %llu, fallbacks %llu, wakeups %llu, parks %llu\n",
                 static_cast<unsigned long long>(c.armed), static_cast<unsigned long long>(c.completed),
@@ -326,6 +374,77 @@ struct Bench {
       const Stats s = stats(v);
       std::printf("| %s | %.2f | %.2f | %.2f | %.0f%% |\n", p.name, s.median / 1e3, s.p99 / 1e3,
                   static_cast<double>(r->counters().wakeups) / (rounds + 100), 100 * cpu / wall);
+    }
+  }
+
+  /// Fan-out: W waiters of the same point of one stream. "separate waits": W on_done
+  /// calls (W slots, W flag writes, W retirements); "one StreamPoint": one mark() and W
+  /// callbacks attached to it. Both start with the scanner polling (an unmeasured wait
+  /// completes just before) and alternate which goes first. Timed from just before the
+  /// enqueue to the last of the W callbacks; "arming" is the registrant's part of that.
+  void fan_out(unsigned rounds) {
+    constexpr unsigned W = 8;
+    auto r = reactor(ReactorOptions{});
+    enum { SEPARATE, POINT, M };
+    const char* names[M] = {"8 separate waits (on_done x8)", "one StreamPoint, 8 waiters"};
+    std::vector<double> lat[M], arm[M];
+    std::uint64_t armed[M] = {}, coalesced[M] = {};
+    std::atomic<unsigned> left{0};
+    Stamp st;
+    auto last = [&left, &st](result<void>) {
+      if (left.fetch_sub(1, std::memory_order_acq_rel) == 1) st.mark();
+    };
+    const std::uint32_t s = 3;
+    for (unsigned i = 0; i < rounds + 100; ++i) {
+      const bool keep = i >= 100;
+      for (int k = 0; k < M; ++k) {
+        const int v = (i & 1) != 0 ? M - 1 - k : k;
+        st.reset();
+        left.store(1, std::memory_order_relaxed);
+        op(s, 1);  // the priming wait: leaves the scanner polling
+        if (!r->on_done(StreamId{s}, last)) std::abort();
+        (void)st.wait();
+        if (!d.stream_synchronize(stream(s))) std::abort();
+        st.reset();
+        left.store(W, std::memory_order_relaxed);
+        const ReactorCounters c0 = r->counters();
+        const auto t0 = Clock::now();
+        op(s, 2);
+        if (v == SEPARATE) {
+          for (unsigned w = 0; w < W; ++w) {
+            if (!r->on_done(StreamId{s}, last)) std::abort();
+          }
+        } else {
+          auto p = r->mark(StreamId{s});
+          if (!p) std::abort();
+          for (unsigned w = 0; w < W; ++w) {
+            if (!p->on_done(last)) std::abort();
+          }
+        }
+        const auto ta = Clock::now();
+        const auto t1 = st.wait();
+        if (!d.stream_synchronize(stream(s))) std::abort();
+        if (keep) {
+          lat[v].push_back(ns_since(t0, t1));
+          arm[v].push_back(ns_since(t0, ta));
+          const ReactorCounters c1 = r->counters();
+          armed[v] += c1.armed - c0.armed;
+          coalesced[v] += c1.coalesced - c0.coalesced;
+        }
+      }
+    }
+    std::printf("\n## Fan-out: %u waiters of one point (scanner polling, %u rounds)\n\n", W, rounds);
+    std::printf("| variant | median us (to last waiter) | p99 us | arming median us | arming p99 us "
+                "| completions armed / round | waiters coalesced / round | p99 / separate |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    const Stats base = stats(lat[SEPARATE]);
+    for (int v = 0; v < M; ++v) {
+      const Stats l = stats(lat[v]);
+      const Stats a = stats(arm[v]);
+      std::printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", names[v],
+                  l.median / 1e3, l.p99 / 1e3, a.median / 1e3, a.p99 / 1e3,
+                  static_cast<double>(armed[v]) / rounds, static_cast<double>(coalesced[v]) / rounds,
+                  l.p99 / base.p99);
     }
   }
 
@@ -419,6 +538,7 @@ int run(D& d, bool simulated, unsigned rounds, std::uint64_t completions) {
   }
   b.latency(rounds);
   b.idle_policy(std::max(1000u, rounds / 5));
+  b.fan_out(std::max(1000u, rounds / 5));
   b.throughput(completions, 1024);
   (void)d.mem_free(b.buf);
   return 0;

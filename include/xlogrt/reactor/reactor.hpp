@@ -14,6 +14,13 @@
 // write flags from a stream (DeviceInfo::stream_mem_ops or map_host_memory false), the
 // wait is enqueued as a host function instead (cuLaunchHostFunc): correct, slower, and
 // counted as a fallback. Either way the waiter is completed on the scanner thread.
+// One more cost of the fallback: CUDA queues only a few dozen host functions interleaved
+// with device work behind one that has not run, and the next enqueue on that stream then
+// blocks until the stream moves (on an H200, driver 580, the 57th memset + host function
+// pair behind a held host function blocked the enqueuing thread for the whole hold). Size
+// `slots` for the waits an engine keeps in flight, so that the fallback stays rare.
+// mark() arms one such completion and returns a StreamPoint that any number of waiters
+// attach to, lock-free; the one completion then serves them all (point.hpp).
 //
 // Scanner idle policy. After its last completion the scanner polls for spin_for (pause
 // between passes), then for yield_for (yielding the core between passes). Then, if a slot
@@ -94,7 +101,9 @@
 #include "xlogrt/reactor/detail/reactor_fallback.hpp"
 #include "xlogrt/reactor/detail/reactor_parker.hpp"
 #include "xlogrt/reactor/detail/reactor_waiter.hpp"
+#include "xlogrt/reactor/future_error.hpp"
 #include "xlogrt/reactor/pinned_flags.hpp"
+#include "xlogrt/reactor/point.hpp"
 #include "xlogrt/reactor/slot_table.hpp"
 
 namespace xlogrt {
@@ -132,27 +141,14 @@ struct ReactorCounters {
                                 ///< scanner going to sleep or asleep
   std::uint64_t parks = 0;      ///< times the scanner slept
   std::uint64_t probes = 0;     ///< fault probes run
-};
-
-/// The exception a when_done_future's get() throws when the wait ended in an error: the
-/// boundary between xlogrt's error values and std::future, which carries errors only as
-/// exceptions. Nothing in xlogrt throws it; std::future::get does.
-///
-/// Thread-safe: immutable.
-class FutureError : public std::exception {
- public:
-  explicit FutureError(xlogrt::error e) noexcept : error_(std::move(e)) {}
-  const xlogrt::error& error() const noexcept { return error_; }
-  const char* what() const noexcept override { return error_.message().c_str(); }
-
- private:
-  xlogrt::error error_;
+  std::uint64_t coalesced = 0;  ///< waiters served by a StreamPoint's one completion (not
+                                ///< counted in `completed`, which counts the point once)
 };
 
 /// The completion reactor of one device's streams (see the file comment).
 ///
-/// Thread-safe. arm(), on_done(), when_done(), when_done_future(), counters() and the
-/// accessors may be called from any thread, completion code included. Destruction must
+/// Thread-safe. arm(), on_done(), when_done(), when_done_future(), mark(), counters() and
+/// the accessors may be called from any thread, completion code included. Destruction must
 /// happen-after every other call has returned, and not on the scanner thread.
 ///
 /// Destruction completes every waiter exactly once: those whose point was reached with
@@ -233,17 +229,7 @@ class Reactor {
   template <class F>
     requires std::is_invocable_v<std::decay_t<F>&, result<void>>
   result<void> on_done(StreamId stream, F&& fn) noexcept {
-    using Node = detail::CallbackWaiter<std::decay_t<F>>;
-    Node* node = nullptr;
-    if constexpr (std::is_nothrow_constructible_v<Node, F&&>) {
-      node = new (std::nothrow) Node(std::forward<F>(fn));
-    } else {
-      try {
-        node = new Node(std::forward<F>(fn));
-      } catch (...) {
-        node = nullptr;
-      }
-    }
+    auto* node = detail::make_callback_waiter(std::forward<F>(fn));
     if (node == nullptr) return error{errc::out_of_memory, "host allocation of a callback failed"};
     auto armed = arm(stream, *node);
     if (!armed) delete node;
@@ -254,15 +240,9 @@ class Reactor {
   /// or throws FutureError holding the error that ended the wait (stream_fault,
   /// cancelled). Errors: as for on_done().
   result<std::future<void>> when_done_future(StreamId stream) noexcept {
-    FutureWaiter* node = nullptr;
     std::future<void> f;
-    try {
-      node = new FutureWaiter();
-      f = node->promise_.get_future();
-    } catch (...) {
-      delete node;
-      return error{errc::out_of_memory, "host allocation of a promise failed"};
-    }
+    auto* node = detail::FutureWaiter::make(f);
+    if (node == nullptr) return error{errc::out_of_memory, "host allocation of a promise failed"};
     auto armed = arm(stream, *node);
     if (!armed) {
       delete node;
@@ -278,6 +258,23 @@ class Reactor {
   /// `co_await reactor.when_done(stream, executor)`: resumes it through executor.post().
   WhenDone<Reactor> when_done(StreamId stream, ExecutorRef executor) noexcept {
     return WhenDone<Reactor>(*this, stream, executor);
+  }
+
+  /// Arms one completion at this point of `stream` (as on_done would) and returns a
+  /// handle that any number of waiters may attach to, from any thread, before or after
+  /// the point is reached: they all complete from that one flag write (see point.hpp).
+  /// Errors: as for on_done(); out_of_memory for the point's state.
+  result<StreamPoint> mark(StreamId stream) noexcept {
+    auto* state = new (std::nothrow) detail::PointState(stream, &coalesced_);
+    if (state == nullptr) {
+      return error{errc::out_of_memory, "host allocation of a StreamPoint failed"};
+    }
+    StreamPoint point = StreamPoint::adopt(state);
+    if (auto armed = arm(stream, *state); !armed) {
+      state->release();  // the completion's reference: nothing was armed
+      return std::move(armed).error();
+    }
+    return point;
   }
 
   /// The primitive under the delivery forms: arms `w` on `stream`; on success the reactor
@@ -327,6 +324,7 @@ class Reactor {
     c.wakeups = wakeups_.load(std::memory_order_relaxed);
     c.parks = parker_.sleeps();
     c.probes = probes_.load(std::memory_order_relaxed);
+    c.coalesced = coalesced_.load(std::memory_order_relaxed);
     return c;
   }
 
@@ -353,23 +351,6 @@ class Reactor {
   using Table = SlotTable<detail::ReactorWaiter*, PinnedFlags<D>, StdAtomics>;
   using clock = std::chrono::steady_clock;
   static constexpr std::size_t MAX_STREAMS = StreamPool<D>::MAX_STREAMS;
-
-  struct FutureWaiter final : detail::ReactorWaiter {
-    FutureWaiter() : detail::ReactorWaiter(&run) {}
-    static void run(detail::ReactorWaiter* w, result<void> r) noexcept {
-      auto* self = static_cast<FutureWaiter*>(w);
-      try {
-        if (r) {
-          self->promise_.set_value();
-        } else {
-          self->promise_.set_exception(std::make_exception_ptr(FutureError(std::move(r).error())));
-        }
-      } catch (...) {  // only std::bad_alloc from make_exception_ptr: the future breaks
-      }
-      delete self;
-    }
-    std::promise<void> promise_;
-  };
 
   Reactor(std::shared_ptr<StreamPool<D>> streams, const ReactorOptions& options) noexcept
       : streams_(std::move(streams)),
@@ -655,6 +636,7 @@ class Reactor {
   std::atomic<std::uint64_t> faulted_count_{0};
   std::atomic<std::uint64_t> cancelled_{0};
   std::atomic<std::uint64_t> probes_{0};
+  std::atomic<std::uint64_t> coalesced_{0};  // bumped by points' completions
 
   std::atomic<bool> closing_{false};
   std::atomic<bool> stop_{false};

@@ -2,15 +2,20 @@
 #pragma once
 
 // ReactorWaiter: the intrusive node the reactor moves around for one wait, and the
-// callback waiter built on it. Every delivery form (callback, future, coroutine) is a
-// ReactorWaiter with its own completion function; the reactor never allocates one itself.
+// callback and future waiters built on it. Every delivery form (callback, future,
+// coroutine) is a ReactorWaiter with its own completion function; the reactor's arm()
+// never allocates one itself (on_done and when_done_future do, through the helpers here,
+// and so do a StreamPoint's).
 
 #include <cstdint>
+#include <exception>
+#include <future>
 #include <new>
 #include <type_traits>
 #include <utility>
 
 #include "xlogrt/core/result.hpp"
+#include "xlogrt/reactor/future_error.hpp"
 
 namespace xlogrt::detail {
 
@@ -24,7 +29,7 @@ namespace xlogrt::detail {
 struct ReactorWaiter {
   using complete_fn = void (*)(ReactorWaiter*, result<void>) noexcept;
 
-  explicit ReactorWaiter(complete_fn fn) noexcept : complete_(fn) {}
+  constexpr explicit ReactorWaiter(complete_fn fn) noexcept : complete_(fn) {}
   ReactorWaiter(const ReactorWaiter&) = delete;
   ReactorWaiter& operator=(const ReactorWaiter&) = delete;
 
@@ -54,6 +59,57 @@ struct CallbackWaiter final : ReactorWaiter {
   }
 
   F fn_;
+};
+
+/// A new CallbackWaiter holding `fn`, or nullptr when host memory (or F's copy) fails.
+template <class F>
+CallbackWaiter<std::decay_t<F>>* make_callback_waiter(F&& fn) noexcept {
+  using Node = CallbackWaiter<std::decay_t<F>>;
+  if constexpr (std::is_nothrow_constructible_v<Node, F&&>) {
+    return new (std::nothrow) Node(std::forward<F>(fn));
+  } else {
+    try {
+      return new Node(std::forward<F>(fn));
+    } catch (...) {
+      return nullptr;
+    }
+  }
+}
+
+/// A heap waiter that fulfils a std::promise<void> (errors as FutureError) and deletes
+/// itself.
+///
+/// Not thread-safe: owned by the reactor from arm() to completion, like any waiter.
+struct FutureWaiter final : ReactorWaiter {
+  FutureWaiter() : ReactorWaiter(&run) {}
+
+  /// A new waiter and its future, or nullptr (host memory exhausted).
+  static FutureWaiter* make(std::future<void>& f) noexcept {
+    FutureWaiter* node = nullptr;
+    try {
+      node = new FutureWaiter();
+      f = node->promise_.get_future();
+    } catch (...) {
+      delete node;
+      return nullptr;
+    }
+    return node;
+  }
+
+  static void run(ReactorWaiter* w, result<void> r) noexcept {
+    auto* self = static_cast<FutureWaiter*>(w);
+    try {
+      if (r) {
+        self->promise_.set_value();
+      } else {
+        self->promise_.set_exception(std::make_exception_ptr(FutureError(std::move(r).error())));
+      }
+    } catch (...) {  // only std::bad_alloc from make_exception_ptr: the future breaks
+    }
+    delete self;
+  }
+
+  std::promise<void> promise_;
 };
 
 }  // namespace xlogrt::detail
