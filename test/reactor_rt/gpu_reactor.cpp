@@ -99,17 +99,14 @@ TEST_CASE("gpu: waiters attached after a point fired complete at once", "[gpu][p
   point_attach_after_fire(rig);
 }
 
+// Points on the host-function path, with no slots at all. (The SimDriver suite also runs
+// it with the slots exhausted by waits behind a held host function; on CUDA that hold
+// would stop every host function of the process, the points' included.)
 TEST_CASE("gpu: a point on the host-function path", "[gpu][point]") {
-  SECTION("slots exhausted") {
-    Rig<CudaDriver> rig(*g_driver, options(4));
-    point_on_fallback_path(rig, 100, 8, 32);
-  }
-  SECTION("host functions only") {
-    ReactorOptions o = options();
-    o.flag_writes = false;
-    Rig<CudaDriver> rig(*g_driver, o);
-    point_on_fallback_path(rig, 100, 8, 32);
-  }
+  ReactorOptions o = options();
+  o.flag_writes = false;
+  Rig<CudaDriver> rig(*g_driver, o);
+  point_on_fallback_path(rig, 100, 8, 32);
 }
 
 TEST_CASE("gpu: destroying the reactor cancels the waiters of an armed point", "[gpu][point]") {
