@@ -41,7 +41,7 @@ struct AsyncCudaOptions {
 /// reap_pending reads it, synchronises the stream, and raises `retired` to what it read
 /// (a free queued after the read stays pending; concurrent reapers never retire twice).
 ///
-/// Tracking, per block (state kept in the block table, under the block's shard lock):
+/// Tracking, per block (state kept in the block table, under the block's own lock):
 /// - the last write: the allocation itself on the alloc stream A at first, then the
 ///   latest write, each with the stream it ran on;
 /// - one read per distinct stream since that write.
@@ -68,8 +68,9 @@ struct AsyncCudaOptions {
 /// pool's attributes) make it current first. test/resource/test_conformance_gpu.cpp
 /// checks this on a real GPU from a thread that has no current context at all.
 ///
-/// Thread-safe. Calls on different blocks take different shard locks; the pending
-/// counters are per stream and the live-byte counts per shard. Move-only; a
+/// Thread-safe. Calls on different blocks take different locks; allocations by different
+/// threads use different shards of the block table; the pending counters are per stream
+/// and the live-byte counts per shard. Move-only; a
 /// moved-from AsyncCuda may only be destroyed.
 template <Driver D>
 class AsyncCuda {

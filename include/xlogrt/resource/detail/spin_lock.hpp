@@ -7,7 +7,7 @@
 namespace xlogrt::detail {
 
 /// A test-and-test-and-set lock for critical sections of a few dozen instructions (a
-/// block table shard): uncontended it costs one exchange to take and one store to give,
+/// block of the block table): uncontended it costs one exchange to take and one store to give,
 /// where std::mutex costs two atomic read-modify-writes plus a futex check. Under
 /// contention it spins on a plain load (no cache-line ping-pong) and yields after a
 /// short while, so a preempted holder does not burn the waiter's time slice. Acquire on
