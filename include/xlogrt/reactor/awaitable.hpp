@@ -54,6 +54,37 @@ class ExecutorRef {
   void (*post_)(void*, std::coroutine_handle<>) noexcept = nullptr;
 };
 
+namespace detail {
+
+/// The waiter node of an awaiter (WhenDone, PointAwaiter): on completion it stores the
+/// result and resumes the coroutine, inline or through the executor.
+///
+/// Not thread-safe: owned by the awaiting coroutine; the reactor or point completes it once.
+class CoroutineWaiter : public ReactorWaiter {
+ protected:
+  explicit CoroutineWaiter(ExecutorRef executor) noexcept : ReactorWaiter(&resume), executor_(executor) {}
+
+  ExecutorRef executor_;
+  std::coroutine_handle<> handle_;
+  result<void> outcome_;
+
+ private:
+  static void resume(ReactorWaiter* w, result<void> r) noexcept {
+    auto* self = static_cast<CoroutineWaiter*>(w);
+    self->outcome_ = std::move(r);
+    // Copies first: once resumed, the coroutine may destroy *self at any moment.
+    const std::coroutine_handle<> h = self->handle_;
+    const ExecutorRef executor = self->executor_;
+    if (executor) {
+      executor.post(h);
+    } else {
+      h.resume();
+    }
+  }
+};
+
+}  // namespace detail
+
 /// What a reactor offers an awaiter: arming a waiter node on a stream. (Checked where
 /// the awaiter suspends, not on the class: a reactor names WhenDone<itself> while it is
 /// still an incomplete type.)
@@ -70,10 +101,10 @@ concept WaiterArming = requires(R& r, StreamId s, detail::ReactorWaiter& w) {
 /// Not thread-safe: one co_await, by the coroutine that made it. Neither copyable nor
 /// movable: the reactor holds its address while the coroutine is suspended.
 template <class R>
-class [[nodiscard]] WhenDone : detail::ReactorWaiter {
+class [[nodiscard]] WhenDone : detail::CoroutineWaiter {
  public:
   WhenDone(R& reactor, StreamId stream, ExecutorRef executor = {}) noexcept
-      : detail::ReactorWaiter(&resume), reactor_(&reactor), executor_(executor), target_(stream) {}
+      : detail::CoroutineWaiter(executor), reactor_(&reactor), target_(stream) {}
   WhenDone(const WhenDone&) = delete;
   WhenDone& operator=(const WhenDone&) = delete;
 
@@ -91,24 +122,8 @@ class [[nodiscard]] WhenDone : detail::ReactorWaiter {
   result<void> await_resume() noexcept { return std::move(outcome_); }
 
  private:
-  static void resume(detail::ReactorWaiter* w, result<void> r) noexcept {
-    auto* self = static_cast<WhenDone*>(w);
-    self->outcome_ = std::move(r);
-    // Copies first: once resumed, the coroutine may destroy *self at any moment.
-    const std::coroutine_handle<> h = self->handle_;
-    const ExecutorRef executor = self->executor_;
-    if (executor) {
-      executor.post(h);
-    } else {
-      h.resume();
-    }
-  }
-
   R* reactor_;
-  ExecutorRef executor_;
   StreamId target_;
-  std::coroutine_handle<> handle_;
-  result<void> outcome_;
 };
 
 }  // namespace xlogrt

@@ -206,10 +206,10 @@ class StreamPoint {
 ///
 /// Not thread-safe: one co_await, by the coroutine that made it. Neither copyable nor
 /// movable: the point holds its address while the coroutine is suspended.
-class [[nodiscard]] PointAwaiter : detail::ReactorWaiter {
+class [[nodiscard]] PointAwaiter : detail::CoroutineWaiter {
  public:
   PointAwaiter(StreamPoint point, ExecutorRef executor) noexcept
-      : detail::ReactorWaiter(&resume), point_(std::move(point)), executor_(executor) {}
+      : detail::CoroutineWaiter(executor), point_(std::move(point)) {}
   PointAwaiter(const PointAwaiter&) = delete;
   PointAwaiter& operator=(const PointAwaiter&) = delete;
 
@@ -240,23 +240,7 @@ class [[nodiscard]] PointAwaiter : detail::ReactorWaiter {
   result<void> await_resume() noexcept { return std::move(outcome_); }
 
  private:
-  static void resume(detail::ReactorWaiter* w, result<void> r) noexcept {
-    auto* self = static_cast<PointAwaiter*>(w);
-    self->outcome_ = std::move(r);
-    // Copies first: once resumed, the coroutine may destroy *self at any moment.
-    const std::coroutine_handle<> h = self->handle_;
-    const ExecutorRef executor = self->executor_;
-    if (executor) {
-      executor.post(h);
-    } else {
-      h.resume();
-    }
-  }
-
   StreamPoint point_;
-  ExecutorRef executor_;
-  std::coroutine_handle<> handle_;
-  result<void> outcome_;
 };
 
 inline PointAwaiter StreamPoint::when_done(ExecutorRef executor) const noexcept {
