@@ -3,6 +3,7 @@
 // known complete, exact under threads. Each test uses its own ordinal: the budget table
 // is process-wide.
 
+#include <atomic>
 #include <catch2/catch.hpp>
 
 #include <mutex>
@@ -251,15 +252,20 @@ TEST_CASE("credit stranded in another thread's stripe is reclaimed before a refu
   Budget<SyncSpy> b{SyncSpy(ord), BudgetOptions{.limit_bytes = limit}};
   const std::uint32_t main_stripe = my_stripe();
 
-  // Thread A charges 1000 bytes, keeps the block and exits: its stripe still holds the
-  // chunk it was handed beyond the 1000.
+  // Thread A charges 1000 bytes, keeps the block and waits (holding its ticket, so that
+  // B gets another stripe): its stripe still holds the chunk it was handed beyond the
+  // 1000. It exits once B is done.
   std::optional<DeviceBlock> a_block;
   std::uint32_t a_stripe = 0;
-  std::thread([&] {
+  std::atomic<bool> a_charged{false}, b_done{false};
+  std::thread a_thread([&] {
     a_stripe = my_stripe();
     auto x = b.allocate(1000, StreamId{0}, AllocTag{});
     if (x) a_block = std::move(*x);
-  }).join();
+    a_charged.store(true);
+    while (!b_done.load()) std::this_thread::yield();
+  });
+  while (!a_charged.load()) std::this_thread::yield();
   REQUIRE(a_block.has_value());
   REQUIRE(a_stripe != main_stripe);  // else the test would show nothing
   CHECK(in_use(ord) == 1000);
@@ -274,6 +280,8 @@ TEST_CASE("credit stranded in another thread's stripe is reclaimed before a refu
     b_ok = y.has_value();
     if (y) b_ok = b.deallocate(std::move(*y)).has_value();
   }).join();
+  b_done.store(true);
+  a_thread.join();
   REQUIRE(b_stripe != a_stripe);
   CHECK(b_ok);
   CHECK(in_use(ord) == 1000);

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -301,4 +303,67 @@ TEST_CASE("statistics: more threads than stripes, exiting with blocks live, sum 
   CHECK(snap.total.frees == THREADS * 500);
   CHECK(snap.total.freed_bytes == total);
   CHECK(sane(snap.total));
+}
+
+TEST_CASE("thread tickets: live threads hold distinct ones, and an exited thread's is reused",
+          "[statistics][threads]") {
+  constexpr unsigned THREADS = 12;
+  std::vector<std::uint32_t> seen(THREADS);
+  std::atomic<unsigned> taken{0};
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < THREADS; ++t) {
+    threads.emplace_back([&, t] {
+      seen[t] = detail::thread_ticket();
+      taken.fetch_add(1);
+      while (taken.load() < THREADS) std::this_thread::yield();  // all hold theirs at once
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::sort(seen.begin(), seen.end());
+  CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+  // Those twelve were given back: a new thread takes the smallest of the free ones.
+  std::uint32_t next = 0;
+  std::thread([&] { next = detail::thread_ticket(); }).join();
+  CHECK(next <= seen.front());
+}
+
+TEST_CASE("statistics: waves of threads reuse the stripes of exited ones and sum exactly",
+          "[statistics][threads]") {
+  PlainSpy spy;
+  Statistics<PlainSpy> s{std::move(spy), StatisticsOptions{.tag_slots = 4, .stripes = 8}};
+  constexpr unsigned WAVES = 4, THREADS = 6, OPS = 400;
+  std::atomic<int> errors{0};
+  std::vector<DeviceBlock> left;
+  std::mutex mu;
+  for (unsigned w = 0; w < WAVES; ++w) {
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < THREADS; ++t) {
+      threads.emplace_back([&, t] {
+        for (unsigned i = 0; i < OPS; ++i) {
+          auto b = s.allocate(64, StreamId{0}, AllocTag{t % 4});
+          if (!b) {
+            ++errors;
+            continue;
+          }
+          if (i % 10 == 0) {  // left live, freed later by the main thread
+            std::lock_guard lock(mu);
+            left.push_back(std::move(*b));
+          } else if (!s.deallocate(std::move(*b))) {
+            ++errors;
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  REQUIRE(errors == 0);
+  auto snap = s.snapshot();
+  CHECK(snap.total.allocations == WAVES * THREADS * OPS);
+  CHECK(snap.total.current_count == left.size());
+  CHECK(snap.total.current_bytes == 64 * left.size());
+  CHECK(snap.total.total_bytes == 64u * WAVES * THREADS * OPS);
+  for (auto& b : left) REQUIRE(s.deallocate(std::move(b)).has_value());
+  snap = s.snapshot();
+  CHECK(snap.total.current_bytes == 0);
+  CHECK(snap.total.frees == WAVES * THREADS * OPS);
 }

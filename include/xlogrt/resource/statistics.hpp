@@ -65,9 +65,9 @@ struct StatisticsOptions {
   /// Each slot is one cache line per stripe.
   std::uint32_t tag_slots = 64;
   /// Stripes of the counters (rounded up to a power of two, at most 256); 0: the host's
-  /// cores, rounded up, at least 4 and at most 64. A thread counts in the stripe of its
-  /// ticket; a stripe's memory ((tag_slots + 2) cache lines) is allocated the first time
-  /// a thread uses it.
+  /// cores, rounded up, at least 4 and at most 64. Threads with the smallest tickets
+  /// own one each, the others share one more; a stripe's memory ((tag_slots + 3) cache
+  /// lines) is allocated the first time a thread uses it.
   std::uint32_t stripes = 0;
 };
 
@@ -78,10 +78,12 @@ struct StatisticsOptions {
 /// DebugGuard frees while reporting a corrupted guard is freed).
 ///
 /// Cheap enough to leave on, at any thread count: no lock, and no read-modify-write on a
-/// line other threads write. The counters are striped: a thread counts in the stripe of
-/// its ticket (detail::thread_stripe), one cache line per tag per stripe plus one for
-/// all tags; an allocate does four relaxed additions there (a free the same), and
-/// snapshot() sums the stripes.
+/// line other threads write. The counters are striped, one cache line per tag per stripe
+/// plus one for all tags, and snapshot() sums the stripes. A thread whose ticket
+/// (detail::thread_ticket: live threads hold distinct ones, and exited threads' are
+/// reused) is below the stripe count owns that stripe: an allocate is then four loads and
+/// four stores there, no read-modify-write at all (a free the same). Further threads
+/// share one more stripe, with relaxed additions.
 ///
 /// snapshot() is consistent: each figure comes from one read of each counter, taken in
 /// an order that keeps every invariant — current = total - freed and never negative,
@@ -137,23 +139,23 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
     auto b = up_.allocate(bytes, stream, tag);
     State& st = *state_;
-    Entry* stripe = st.stripe();
+    const auto [stripe, owned] = st.stripe();
     const std::uint32_t i = st.index(tag);
     Entry& e = stripe[i];
     if (!b) {
-      e.failed.fetch_add(1, std::memory_order_relaxed);
+      add(e.failed, 1, std::memory_order_relaxed, owned);
       return b;
     }
     const std::size_t n = b->bytes();
     Entry& all = stripe[st.slots + 1];
-    const std::int64_t live = e.allocated(n);
-    const std::int64_t live_all = all.allocated(n);
+    const std::int64_t live = e.allocated(n, owned);
+    const std::int64_t live_all = all.allocated(n, owned);
     raise_mark(e, st.shared[i], live);
     raise_mark(all, st.shared[st.slots + 1], live_all);
-    if (e.allocations.fetch_add(1, std::memory_order_relaxed) % EPOCH == EPOCH - 1) {
+    if (add(e.allocations, 1, std::memory_order_relaxed, owned) % EPOCH == EPOCH - 1) {
       lower_mark(e, st.shared[i], live);
     }
-    if (all.allocations.fetch_add(1, std::memory_order_relaxed) % EPOCH == EPOCH - 1) {
+    if (add(all.allocations, 1, std::memory_order_relaxed, owned) % EPOCH == EPOCH - 1) {
       lower_mark(all, st.shared[st.slots + 1], live_all);
     }
     return b;
@@ -166,14 +168,14 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     auto r = up_.deallocate(std::move(block));
     if (!was_live || !block.empty()) return r;  // not freed (see Budget::deallocate)
     State& st = *state_;
-    Entry* stripe = st.stripe();
+    const auto [stripe, owned] = st.stripe();
     const std::uint32_t i = st.index(tag);
     Entry& e = stripe[i];
     Entry& all = stripe[st.slots + 1];
-    const std::int64_t live_all = all.freed(n);
-    const std::int64_t live = e.freed(n);
-    if (e.frees.fetch_add(1, std::memory_order_release) % EPOCH == EPOCH - 1) lower_mark(e, st.shared[i], live);
-    if (all.frees.fetch_add(1, std::memory_order_relaxed) % EPOCH == EPOCH - 1) {
+    const std::int64_t live_all = all.freed(n, owned);
+    const std::int64_t live = e.freed(n, owned);
+    if (add(e.frees, 1, std::memory_order_release, owned) % EPOCH == EPOCH - 1) lower_mark(e, st.shared[i], live);
+    if (add(all.frees, 1, std::memory_order_relaxed, owned) % EPOCH == EPOCH - 1) {
       lower_mark(all, st.shared[st.slots + 1], live_all);
     }
     return r;
@@ -190,7 +192,7 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     const std::uint32_t n = st.slots + 1;  // tags and `other`
     std::vector<AllocationCounters> c(n);
     std::vector<Entry*> stripes;
-    for (std::uint32_t k = 0; k < st.count; ++k) {
+    for (std::uint32_t k = 0; k <= st.count; ++k) {
       if (Entry* p = st.stripes[k].load(std::memory_order_acquire)) stripes.push_back(p);
     }
     // Frees first, in every stripe (see the class comment).
@@ -236,6 +238,18 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
   const Upstream& upstream() const noexcept { return up_; }
 
  private:
+  /// Adds `n` to `a` and returns the old value: a load and a store on a stripe only this
+  /// thread writes (`owned`), a read-modify-write on a shared one.
+  template <class T>
+  static T add(std::atomic<T>& a, std::type_identity_t<T> n, std::memory_order order, bool owned) noexcept {
+    if (owned) {
+      const T v = a.load(std::memory_order_relaxed);
+      a.store(v + n, order);
+      return v;
+    }
+    return a.fetch_add(n, order);
+  }
+
   /// One tag (or all tags) in one stripe. Sizes wrap: a stripe that frees blocks
   /// allocated in another has freed more than it allocated; the sums are exact.
   struct alignas(64) Entry {
@@ -249,8 +263,8 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
 
     static std::int64_t live_of(std::size_t a, std::size_t f) noexcept { return static_cast<std::int64_t>(a - f); }
     /// Counts an allocation; returns the stripe's live bytes after it.
-    std::int64_t allocated(std::size_t n) noexcept {
-      const std::size_t a = allocated_bytes.fetch_add(n, std::memory_order_relaxed) + n;
+    std::int64_t allocated(std::size_t n, bool owned) noexcept {
+      const std::size_t a = add(allocated_bytes, n, std::memory_order_relaxed, owned) + n;
       const std::int64_t live = live_of(a, freed_bytes.load(std::memory_order_relaxed));
       std::int64_t h = high.load(std::memory_order_relaxed);
       while (live > h && !high.compare_exchange_weak(h, live, std::memory_order_relaxed)) {
@@ -258,8 +272,8 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
       return live;
     }
     /// Counts a free (release: see the class comment); returns the live bytes after it.
-    std::int64_t freed(std::size_t n) noexcept {
-      const std::size_t f = freed_bytes.fetch_add(n, std::memory_order_release) + n;
+    std::int64_t freed(std::size_t n, bool owned) noexcept {
+      const std::size_t f = add(freed_bytes, n, std::memory_order_release, owned) + n;
       return live_of(allocated_bytes.load(std::memory_order_relaxed), f);
     }
   };
@@ -271,12 +285,12 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
   struct State {
     explicit State(const StatisticsOptions& o)
         : slots(o.tag_slots), count(stripe_count(o.stripes)),
-          stripes(new std::atomic<Entry*>[count]), shared(new Shared[std::size_t{slots} + 2]) {
+          stripes(new std::atomic<Entry*>[count + 1]), shared(new Shared[std::size_t{slots} + 2]) {
       for (std::uint32_t k = 0; k < count; ++k) stripes[k].store(nullptr, std::memory_order_relaxed);
-      stripes[0].store(new Entry[entries()], std::memory_order_relaxed);  // the fallback
+      stripes[count].store(new Entry[entries()], std::memory_order_relaxed);  // the shared one
     }
     ~State() {
-      for (std::uint32_t k = 0; k < count; ++k) delete[] stripes[k].load(std::memory_order_relaxed);
+      for (std::uint32_t k = 0; k <= count; ++k) delete[] stripes[k].load(std::memory_order_relaxed);
     }
     State(const State&) = delete;
     State& operator=(const State&) = delete;
@@ -295,18 +309,21 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     std::size_t entries() const noexcept { return std::size_t{slots} + 3; }
     std::uint32_t index(AllocTag t) const noexcept { return t.value < slots ? t.value : slots; }
 
-    /// The calling thread's stripe, allocated on its first use (stripe 0 when memory
-    /// is short: shared, still exact).
-    Entry* stripe() noexcept {
-      std::atomic<Entry*>& slot = stripes[detail::thread_stripe(count)];
+    /// The calling thread's stripe, and whether the thread owns it. A thread whose ticket
+    /// is below `count` owns stripe [ticket] (allocated on its first use) and writes it
+    /// without read-modify-writes; other threads, and any thread when host memory is
+    /// short, share stripe [count] (still exact).
+    std::pair<Entry*, bool> stripe() noexcept {
+      const std::uint32_t t = detail::thread_ticket();
+      if (t >= count) [[unlikely]] return {stripes[count].load(std::memory_order_relaxed), false};
+      std::atomic<Entry*>& slot = stripes[t];
       Entry* p = slot.load(std::memory_order_acquire);
-      if (p != nullptr) [[likely]] return p;
-      Entry* fresh = new (std::nothrow) Entry[entries()];
-      if (fresh == nullptr) return stripes[0].load(std::memory_order_relaxed);
-      // acq_rel: release publishes the zeroed entries to snapshot() and other threads.
-      if (slot.compare_exchange_strong(p, fresh, std::memory_order_acq_rel, std::memory_order_acquire)) return fresh;
-      delete[] fresh;
-      return p;
+      if (p != nullptr) [[likely]] return {p, true};
+      p = new (std::nothrow) Entry[entries()];
+      if (p == nullptr) return {stripes[count].load(std::memory_order_relaxed), false};
+      // Release publishes the zeroed entries to snapshot(). Only this thread stores here.
+      slot.store(p, std::memory_order_release);
+      return {p, true};
     }
 
     std::uint32_t slots;

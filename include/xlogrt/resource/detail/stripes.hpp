@@ -5,6 +5,7 @@
 // over cache lines, so that threads allocating at once do not write one shared line.
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -15,19 +16,68 @@ namespace xlogrt::detail {
 /// contend as if they shared one.
 inline constexpr std::size_t STRIPE_ALIGN = 128;
 
-/// The calling thread's ticket: a number taken once per thread, on its first call, from
-/// a process-wide count, so threads started one after another get consecutive tickets
-/// and, modulo any stripe count, distinct stripes until there are more threads than
-/// stripes. A striped structure uses `thread_ticket() & (stripes - 1)` (a power of two).
-/// A stripe is not owned: two threads may share one (more threads than stripes), so
-/// stripes are still written with atomic read-modify-writes, which are cheap on a line
-/// no other thread writes. A thread that exits leaves its contributions in its stripe;
-/// a later thread with the same stripe continues from them, so sums stay exact.
+/// Tickets below this are recycled when their thread exits.
+inline constexpr std::uint32_t RECYCLED_TICKETS = 256;
+/// The ticket of a thread that has exited (its thread_local destructors ran) and still
+/// counts something, from a destructor of a static object on the main thread, say: it
+/// owns no stripe, and lands in a shared one.
+inline constexpr std::uint32_t RETIRED_TICKET = 0xfffffffeu;
+
+struct TicketBook {
+  std::atomic<std::uint64_t> free[RECYCLED_TICKETS / 64];  // returned tickets
+  std::atomic<std::uint32_t> next;                         // never handed out yet
+
+  /// The smallest returned ticket, else a new one. Acquire: the previous holder's writes
+  /// to the stripes of the ticket happen-before the new holder's.
+  std::uint32_t take() noexcept {
+    for (std::uint32_t w = 0; w < RECYCLED_TICKETS / 64; ++w) {
+      std::uint64_t m = free[w].load(std::memory_order_acquire);
+      while (m != 0) {
+        const std::uint64_t bit = m & (~m + 1);
+        if (free[w].compare_exchange_weak(m, m & ~bit, std::memory_order_acquire)) {
+          return w * 64 + static_cast<std::uint32_t>(std::countr_zero(bit));
+        }
+      }
+    }
+    return next.fetch_add(1, std::memory_order_relaxed);
+  }
+  /// Release: see take().
+  void give(std::uint32_t t) noexcept {
+    if (t < RECYCLED_TICKETS) free[t / 64].fetch_or(std::uint64_t{1} << (t % 64), std::memory_order_release);
+  }
+};
+
+/// Constant-initialised and trivially destructible: usable at any time, exit included.
+inline TicketBook& ticket_book() noexcept {
+  static constinit TicketBook book{};
+  return book;
+}
+
+/// The calling thread's ticket: taken on its first call, given back when the thread
+/// exits. Live threads hold distinct tickets, and threads started one after another
+/// while others exit reuse the small ones; so a striped structure can give each ticket
+/// below its stripe count a stripe of its own (written by one thread, without
+/// read-modify-writes) and let larger tickets share (Statistics), or use
+/// `thread_ticket() & (stripes - 1)` with read-modify-writes everywhere (Budget).
+/// A thread's contributions stay in its stripes when it exits; the next holder of the
+/// ticket continues from them, so sums stay exact.
 ///
 /// Thread-safe; lock-free.
 inline std::uint32_t thread_ticket() noexcept {
-  static constinit std::atomic<std::uint32_t> next{0};
-  thread_local const std::uint32_t mine = next.fetch_add(1, std::memory_order_relaxed);
+  // Trivially destructible, so still readable after the returner below has run.
+  thread_local std::uint32_t mine = RETIRED_TICKET + 1;  // not taken yet
+  if (mine == RETIRED_TICKET + 1) [[unlikely]] {
+    mine = ticket_book().take();
+    struct Returner {
+      std::uint32_t* t;
+      ~Returner() {
+        ticket_book().give(*t);
+        *t = RETIRED_TICKET;
+      }
+    };
+    thread_local Returner returner{&mine};
+    (void)returner;
+  }
   return mine;
 }
 
