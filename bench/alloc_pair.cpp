@@ -32,6 +32,10 @@ namespace {
 template <class D>
 struct Raw {
   D& d;
+  static std::atomic<long>& failures() {
+    static std::atomic<long> n{0};
+    return n;
+  }
   std::uint64_t alloc(std::size_t n) { return *d.mem_alloc(n); }
   void free(std::uint64_t p) { (void)d.mem_free(p); }
   std::uint64_t alloc_async(std::size_t n, typename D::mempool_t pool, typename D::stream_t s) {
@@ -44,17 +48,37 @@ struct Raw<CudaDriver> {
   CudaDriver& d;
   std::uint64_t alloc(std::size_t n) {
     CUdeviceptr p = 0;
-    d.api().cuMemAlloc_(&p, n);
+    check(d.api().cuMemAlloc_(&p, n));
     return p;
   }
-  void free(std::uint64_t p) { d.api().cuMemFree_(p); }
+  void free(std::uint64_t p) { check(d.api().cuMemFree_(p)); }
   std::uint64_t alloc_async(std::size_t n, CUmemoryPool pool, CUstream s) {
     CUdeviceptr p = 0;
-    d.api().cuMemAllocFromPoolAsync_(&p, n, pool, s);
+    check(d.api().cuMemAllocFromPoolAsync_(&p, n, pool, s));
     return p;
   }
-  void free_async(std::uint64_t p, CUstream s) { d.api().cuMemFreeAsync_(p, s); }
+  void free_async(std::uint64_t p, CUstream s) { check(d.api().cuMemFreeAsync_(p, s)); }
+  // A failed call is fast: count failures, so that a figure never rests on one.
+  static void check(CUresult r) {
+    if (r != CUDA_SUCCESS) failures().fetch_add(1, std::memory_order_relaxed);
+  }
+  static std::atomic<long>& failures() {
+    static std::atomic<long> n{0};
+    return n;
+  }
 };
+
+/// Failed allocate+deallocate pairs of the wrappers (a failure is fast: any makes the
+/// figures void, and the bench says so).
+std::atomic<long> wrapper_failures{0};
+
+/// One allocate + deallocate pair through a resource or runtime; `tag...` is AllocTag{}
+/// for a resource, nothing for a runtime.
+template <class R, class... Tag>
+void pair_of(R& r, std::size_t n, StreamId s, Tag... tag) {
+  auto b = r.allocate(n, s, tag...);
+  if (!b || !r.deallocate(std::move(*b))) wrapper_failures.fetch_add(1, std::memory_order_relaxed);
+}
 
 struct Variant {
   std::string name;
@@ -89,7 +113,7 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
                   [&](std::size_t n, int k) { for (int i = 0; i < k; ++i) raw.free(raw.alloc(n)); }, [] {}, {}});
     vs.push_back({"DirectCuda", 0,
                   [&](std::size_t n, int k) {
-                    for (int i = 0; i < k; ++i) (void)direct.deallocate(std::move(*direct.allocate(n, StreamId{0}, AllocTag{})));
+                    for (int i = 0; i < k; ++i) pair_of(direct, n, StreamId{0}, AllocTag{});
                   },
                   [] {}, {}});
     vs.push_back({"raw cuMemAllocFromPoolAsync/cuMemFreeAsync", 2,
@@ -97,12 +121,12 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
                   [&] { (void)drv.stream_synchronize(s0); }, {}});
     vs.push_back({"AsyncCuda", 2,
                   [&](std::size_t n, int k) {
-                    for (int i = 0; i < k; ++i) (void)async->deallocate(std::move(*async->allocate(n, StreamId{0}, AllocTag{})));
+                    for (int i = 0; i < k; ++i) pair_of(*async, n, StreamId{0}, AllocTag{});
                   },
                   [&] { (void)async->reap_pending(); }, {}});
     vs.push_back({"DeviceRuntime<AsyncCuda>", 2,
                   [&](std::size_t n, int k) {
-                    for (int i = 0; i < k; ++i) (void)rt.deallocate(std::move(*rt.allocate(n, StreamId{0})));
+                    for (int i = 0; i < k; ++i) pair_of(rt, n, StreamId{0});
                   },
                   [&] { (void)rt.reap_pending(); }, {}});
     for (auto& v : vs) {  // warm-up: pools grown, events reserved, code paged in
@@ -153,7 +177,7 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
             if (which == 0) {
               raw.free_async(raw.alloc_async(64 << 10, pool, s), s);
             } else {
-              (void)async->deallocate(std::move(*async->allocate(64 << 10, sid, AllocTag{})));
+              pair_of(*async, 64 << 10, sid, AllocTag{});
             }
           }
           done += per_thread;
@@ -170,7 +194,10 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
     const double raw_rate = summarize(rates[0]).median, ours = summarize(rates[1]).median;
     std::printf("| %d | %.0f | %.0f | %.3f |\n", threads, raw_rate, ours, ours / raw_rate);
   }
-  return 0;
+  const long raw_failed = Raw<D>::failures().load(), ours_failed = wrapper_failures.load();
+  std::printf("\nfailed calls: %ld raw, %ld wrapper pairs%s\n", raw_failed, ours_failed,
+              raw_failed + ours_failed != 0 ? " -- the figures above are void" : "");
+  return raw_failed + ours_failed != 0 ? 1 : 0;
 }
 
 }  // namespace
