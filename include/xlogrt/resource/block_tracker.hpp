@@ -99,8 +99,11 @@ class BlockTable {
       }
       s.add_live(static_cast<std::int64_t>(bytes));
     }
+    // No lock: a free slot is no one else's. A lookup with an old id of the slot finds
+    // its generation stale and reads nothing else; the new id is not known before this
+    // returns; and the release store of the tag publishes the fields to lookups (which
+    // load it with acquire) and to peek.
     Slot& slot = *s.at(local);
-    std::lock_guard lock(slot.mu);
     const std::uint32_t gen = generation(slot.tag.load(std::memory_order_relaxed));
     slot.ptr = ptr;
     slot.bytes = bytes;
@@ -164,7 +167,7 @@ class BlockTable {
       for (std::uint32_t i = 0; i < n; ++i) {
         const Slot& slot = *s.at(i);
         std::lock_guard lock(slot.mu);
-        if (slot.tag.load(std::memory_order_relaxed) & 1u) f(slot.entry);
+        if (slot.tag.load(std::memory_order_acquire) & 1u) f(slot.entry);
       }
     }
   }
@@ -176,7 +179,7 @@ class BlockTable {
 
   struct alignas(64) Slot {
     std::atomic<std::uint64_t> tag{0};  // generation << 1 | live
-    mutable detail::SpinLock mu;        // guards the rest
+    mutable detail::SpinLock mu;        // guards the rest while the block is live
     std::uint64_t ptr = 0;
     std::size_t bytes = 0;
     Entry entry{};
@@ -268,7 +271,8 @@ class BlockTable {
       return error{errc::foreign_block, "block " + id.to_string() + " names no slot of this resource"};
     }
     lock = std::unique_lock(slot->mu);
-    if (slot->tag.load(std::memory_order_relaxed) != tag_of(id.generation, true)) {
+    // Acquire: pairs with insert's release store (insert fills a free slot without its lock).
+    if (slot->tag.load(std::memory_order_acquire) != tag_of(id.generation, true)) {
       if (why == Lookup::free) {
         return error{errc::double_free, "block " + id.to_string() + " was already freed"};
       }
