@@ -184,3 +184,63 @@ TEST_CASE("block table: peek never reads another block's entry while others free
   CHECK(hits.load() > 0);
   CHECK(t.live_bytes() == 0);
 }
+
+TEST_CASE("block table: blocks freed by other threads come back to their shard's owner",
+          "[block_table]") {
+  BlockTable<Token> t;
+  constexpr int producers = 3, per_producer = 20000;
+  std::mutex mu;
+  std::vector<BlockId> handed;  // inserted by producers, erased by the consumer
+  std::atomic<int> producing{producers};
+  std::atomic<std::uint64_t> failed{0}, erased{0}, max_index{0};
+  std::vector<std::thread> ts;
+  for (int p = 0; p < producers; ++p) {
+    ts.emplace_back([&] {
+      for (int i = 0; i < per_producer; ++i) {
+        auto id = t.insert(0x1000, 16, Token{1});
+        if (!id) {
+          failed.fetch_add(1);
+          continue;
+        }
+        std::uint64_t m = max_index.load();
+        while ((id->index >> BlockTable<Token>::SHARD_BITS) > m &&
+               !max_index.compare_exchange_weak(m, id->index >> BlockTable<Token>::SHARD_BITS)) {
+        }
+        for (;;) {  // at most ~1000 blocks in flight, so slots must be reused
+          std::lock_guard lock(mu);
+          if (handed.size() < 1000) {
+            handed.push_back(*id);
+            break;
+          }
+        }
+      }
+      producing.fetch_sub(1);
+    });
+  }
+  ts.emplace_back([&] {  // the consumer frees what the producers allocated
+    for (;;) {
+      std::vector<BlockId> batch;
+      {
+        std::lock_guard lock(mu);
+        batch.swap(handed);
+      }
+      for (BlockId id : batch) {
+        if (t.erase_if(id, nullptr, [](Token&) { return ok(); })) {
+          erased.fetch_add(1);
+        } else {
+          failed.fetch_add(1);
+        }
+      }
+      if (batch.empty() && producing.load() == 0) {
+        std::lock_guard lock(mu);
+        if (handed.empty()) return;
+      }
+    }
+  });
+  for (auto& th : ts) th.join();
+  CHECK(failed.load() == 0);
+  CHECK(erased.load() == std::uint64_t{producers} * per_producer);
+  CHECK(t.live_bytes() == 0);
+  // Freed slots were reused: far fewer slots were made than blocks allocated.
+  CHECK(max_index.load() < std::uint64_t{per_producer} / 2);
+}

@@ -9,15 +9,22 @@
 // device's memory; AsyncCuda keeps each block's cross-stream dependency state in its
 // entry.
 //
-// Layout. SHARDS shards, each with its own slot storage and free list. A BlockId's index
-// is `local << SHARD_BITS | shard`. A thread inserts into its home shard (threads get
-// home shards in turn, so up to SHARDS allocating threads never share one), and a block
-// goes back to the free list of the shard it came from. Each slot has its own spin lock
-// and a tag word (generation and liveness): using or freeing a block locks that block
-// only, so threads working on different blocks never meet on a lock, wherever the blocks
-// came from; the shard's lock guards only its free list and its growth. Slots live in
-// chunks that double in size and never move, and a slot's generation grows each time it
-// is freed, so an id of a freed block never matches a newer block in the same slot.
+// Layout. SHARDS shards, each with its own slot storage and free lists. A BlockId's index
+// is `local << SHARD_BITS | shard`. Each slot has its own spin lock and a tag word
+// (generation and liveness): using or freeing a block locks that block only, so threads
+// working on different blocks never meet on a lock, wherever the blocks came from. Slots
+// live in chunks that double in size and never move, and a slot's generation grows each
+// time it is freed, so an id of a freed block never matches a newer block in the same
+// slot.
+//
+// Owned shards. A thread whose ticket (detail::thread_ticket: live threads hold distinct
+// ones) is below OWNED owns shard [ticket]: it inserts there, and the blocks it frees
+// itself go back to the shard's `local` free list, which only it touches, with no lock
+// and no read-modify-write. A block freed by another thread goes to the shard's `remote`
+// list under the shard's lock; the owner takes that list when its own runs dry. Threads
+// with larger tickets share the last shard, entirely under its lock. So a thread that
+// allocates and frees its own blocks makes one atomic read-modify-write per pair (the
+// block's lock, at the free).
 //
 // Lock-free reads. peek() lets an owner read atomics it keeps in an entry without the
 // slot's lock: it checks the slot's tag, runs the reader, and checks the tag again (a
@@ -40,6 +47,7 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/detail/spin_lock.hpp"
+#include "xlogrt/resource/detail/stripes.hpp"
 
 namespace xlogrt {
 
@@ -72,12 +80,17 @@ class BlockTable {
 
   std::uint32_t owner() const noexcept { return owner_; }
 
-  /// Bytes of the live blocks. Each shard's count changes under its lock (a plain
-  /// load and store, no read-modify-write); the sum is exact once the writers have
-  /// finished, a moment's view while they run.
+  /// Bytes of the live blocks. Each shard counts bytes added and freed on its owner's
+  /// side and freed on the others' side, each written by one thread at a time (a plain
+  /// load and store); the sum is exact once the writers have finished, a moment's view
+  /// while they run (never missing a live block: a block is counted added before it is
+  /// handed out, and freed after it is gone).
   std::size_t live_bytes() const noexcept {
-    std::size_t sum = 0;
-    for (const Shard& s : shards_) sum += s.live_bytes.load(std::memory_order_relaxed);
+    std::size_t sum = 0;  // wraps through "negative" partial sums to the exact total
+    for (const Shard& s : shards_) {
+      sum += s.added.load(std::memory_order_relaxed) - s.freed_local.load(std::memory_order_relaxed) -
+             s.freed_remote.load(std::memory_order_relaxed);
+    }
     return sum;
   }
 
@@ -87,17 +100,18 @@ class BlockTable {
     const std::uint32_t sh = home_shard();
     Shard& s = shards_[sh];
     std::uint32_t local;
-    {
-      std::lock_guard lock(s.mu);
-      if (!s.free.empty()) {
-        local = s.free.back();
-        s.free.pop_back();
-      } else {
-        if (auto r = s.grow(); !r) return std::move(r).error();
-        local = s.grown++;
-        s.used.store(s.grown, std::memory_order_release);
+    if (sh < OWNED) {
+      if (s.local.empty() && s.has_remote.load(std::memory_order_acquire)) {
+        std::lock_guard lock(s.mu);
+        s.local.swap(s.remote);  // both hold capacity for every slot of the shard
+        s.has_remote.store(false, std::memory_order_relaxed);
       }
-      s.add_live(static_cast<std::int64_t>(bytes));
+      if (auto r = s.take(s.local, local, false); !r) return std::move(r).error();
+      add(s.added, bytes);
+    } else {
+      std::lock_guard lock(s.mu);
+      if (auto r = s.take(s.remote, local, true); !r) return std::move(r).error();
+      add(s.added, bytes);
     }
     // No lock: a free slot is no one else's. A lookup with an old id of the slot finds
     // its generation stale and reads nothing else; the new id is not known before this
@@ -152,10 +166,18 @@ class BlockTable {
     slot->entry = Entry{};
     slot->tag.store(tag_of(id.generation + 1, false), std::memory_order_release);
     lock.unlock();
-    Shard& s = shards_[id.index & (SHARDS - 1)];
-    std::lock_guard g(s.mu);
-    s.add_live(-static_cast<std::int64_t>(bytes));
-    s.free.push_back(id.index >> SHARD_BITS);  // capacity reserved when the slot was made
+    // Back to its shard's free lists (whose capacity was reserved when the slot was made).
+    const std::uint32_t sh = id.index & (SHARDS - 1);
+    Shard& s = shards_[sh];
+    if (sh < OWNED && sh == home_shard()) {
+      s.local.push_back(id.index >> SHARD_BITS);
+      add(s.freed_local, bytes);
+    } else {
+      std::lock_guard g(s.mu);
+      s.remote.push_back(id.index >> SHARD_BITS);
+      add(s.freed_remote, bytes);
+      s.has_remote.store(true, std::memory_order_release);
+    }
     return ok();
   }
 
@@ -197,27 +219,46 @@ class BlockTable {
     return {k, local - BASE * ((1u << k) - 1)};
   }
 
+  /// Adds to a counter that only one thread writes at a time.
+  static void add(std::atomic<std::size_t>& c, std::size_t n) noexcept {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+
   struct alignas(64) Shard {
     // Read by every lookup; written when the shard grows.
     std::array<std::atomic<Slot*>, MAX_CHUNKS> chunks{};
     std::atomic<std::uint32_t> used{0};  // slots made (published after they are)
-    // The shard's lock and what it guards, on a line of their own.
+    // The inserting side: the owner (without a lock), or for the shared shard whoever
+    // holds `mu`.
+    alignas(64) std::vector<std::uint32_t> local;  // free slots the owner freed itself
+    std::uint32_t grown = 0;                        // slots made (== used)
+    std::atomic<std::size_t> added{0};              // bytes inserted
+    std::atomic<std::size_t> freed_local{0};        // bytes freed into `local`
+    // The others' side, under `mu`.
     alignas(64) detail::SpinLock mu;
-    std::vector<std::uint32_t> free;
-    std::uint32_t grown = 0;                 // == used, under mu
-    std::atomic<std::size_t> live_bytes{0};  // written under mu only
+    std::vector<std::uint32_t> remote;  // free slots freed by other threads
+    std::atomic<std::size_t> freed_remote{0};
+    std::atomic<bool> has_remote{false};
 
-    void add_live(std::int64_t d) noexcept {
-      live_bytes.store(live_bytes.load(std::memory_order_relaxed) + static_cast<std::size_t>(d),
-                       std::memory_order_relaxed);
-    }
-    Slot* at(std::uint32_t local) const noexcept {
-      const auto [k, off] = locate(local);
+    Slot* at(std::uint32_t local_index) const noexcept {
+      const auto [k, off] = locate(local_index);
       return chunks[k].load(std::memory_order_acquire) + off;
     }
-    /// Under mu: makes sure slot `grown` exists, and that the free list can take every
-    /// slot made without allocating.
-    result<void> grow() noexcept {
+    /// By the inserting side: a free slot from `list`, else a new one.
+    result<void> take(std::vector<std::uint32_t>& list, std::uint32_t& out, bool locked) noexcept {
+      if (!list.empty()) {
+        out = list.back();
+        list.pop_back();
+        return ok();
+      }
+      if (auto r = grow(locked); !r) return r;
+      out = grown++;
+      used.store(grown, std::memory_order_release);
+      return ok();
+    }
+    /// By the inserting side (`locked`: holding mu): makes sure slot `grown` exists, and
+    /// that each free list can take every slot made without allocating.
+    result<void> grow(bool locked) noexcept {
       if (grown >= MAX_PER_SHARD) {
         return error{errc::out_of_memory, "the block table is full: " + std::to_string(MAX_PER_SHARD) +
                                               " live blocks in one shard"};
@@ -228,7 +269,10 @@ class BlockTable {
       Slot* c = new (std::nothrow) Slot[n];
       if (c == nullptr) return error{errc::out_of_memory, "host memory exhausted growing the block table"};
       try {
-        free.reserve(std::size_t{grown} + n);
+        local.reserve(std::size_t{grown} + n);
+        std::unique_lock<detail::SpinLock> lock(mu, std::defer_lock);
+        if (!locked) lock.lock();
+        remote.reserve(std::size_t{grown} + n);
       } catch (...) {
         delete[] c;
         return error{errc::out_of_memory, "host memory exhausted growing the block table"};
@@ -243,12 +287,13 @@ class BlockTable {
     return next.fetch_add(1, std::memory_order_relaxed);
   }
 
-  /// Threads get home shards in turn, process-wide: the first SHARDS threads to insert
-  /// into any table each have a shard of their own in every table.
+  /// Shards owned by one thread each (the last shard is shared).
+  static constexpr std::uint32_t OWNED = SHARDS - 1;
+
+  /// The calling thread's shard: its own while its ticket is below OWNED, else the shared one.
   static std::uint32_t home_shard() noexcept {
-    static std::atomic<std::uint32_t> next{0};
-    static thread_local const std::uint32_t mine = next.fetch_add(1, std::memory_order_relaxed) % SHARDS;
-    return mine;
+    const std::uint32_t t = detail::thread_ticket();
+    return t < OWNED ? t : OWNED;
   }
 
   /// The slot `id` names, or nullptr when no such slot has been made.
