@@ -133,8 +133,12 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
       v.run(bytes, pairs);
       v.settle();
     }
+    // Each round starts at the next variant, so that none always follows the same one
+    // (a variant run right after the synchronous cuMemAlloc/cuMemFree pairs pays for
+    // them, and a fixed order handed that cost to one variant).
     for (int r = 0; r < rounds; ++r) {
-      for (auto& v : vs) {
+      for (std::size_t k = 0; k < vs.size(); ++k) {
+        auto& v = vs[(k + static_cast<std::size_t>(r)) % vs.size()];
         const double t0 = now_ns();
         v.run(bytes, pairs);
         const double t1 = now_ns();
