@@ -443,9 +443,7 @@ class Reactor {
       }
       const auto idle = now - last_progress;
       if (idle < options_.spin_for) {
-        // One pause a pass: on recent Xeons a pause is ~140 cycles, and eight of them
-        // made each idle pass ~0.4 us, half of which a completion waited on average.
-        StdAtomics::pause();
+        for (int i = 0; i < 8; ++i) StdAtomics::pause();
         continue;
       }
       if (idle < options_.spin_for + options_.yield_for) {
