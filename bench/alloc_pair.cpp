@@ -156,17 +156,21 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
     std::printf("\n");
   }
 
-  // Scaling: T threads, each allocating and freeing 64 KiB on its own stream. The raw
-  // and AsyncCuda runs alternate, REPS times each, and each reports its median rate: the
-  // driver's own throughput under contention moves from run to run.
+  // Scaling: T threads, each allocating and freeing 64 KiB on its own stream. The raw,
+  // AsyncCuda and "raw + host work" runs alternate, REPS times each, and each reports its
+  // median rate: the driver's own throughput under contention moves from run to run. The
+  // third variant is the raw pair plus ~50 ns of busy host work between the two calls (two
+  // clock reads and a loop): how much the driver's rate itself moves when its caller
+  // spends a little time of its own, as any wrapper does.
   constexpr int REPS = 7;
   std::printf("## threads, each on its own stream, 64 KiB pairs: aggregate pairs per second "
               "(median of %d alternating runs each)\n\n"
-              "| threads | raw async pairs/s | AsyncCuda pairs/s | ratio |\n|---|---|---|---|\n", REPS);
+              "| threads | raw async pairs/s | AsyncCuda pairs/s | ratio | raw + ~50 ns host work pairs/s | its ratio to raw |\n"
+              "|---|---|---|---|---|---|\n", REPS);
   for (int threads : {1, 2, 4, 8, 16}) {
-    std::vector<double> rates[2];
-    for (int rep = 0; rep < 2 * REPS; ++rep) {
-      const int which = rep % 2;
+    std::vector<double> rates[3];
+    for (int rep = 0; rep < 3 * REPS; ++rep) {
+      const int which = rep % 3;
       std::atomic<bool> go{false};
       std::atomic<long> done{0};
       const int per_thread = std::max(2000, rounds * pairs / 4);
@@ -180,8 +184,13 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
           for (int i = 0; i < per_thread; ++i) {
             if (which == 0) {
               raw.free_async(raw.alloc_async(64 << 10, pool, s), s);
-            } else {
+            } else if (which == 1) {
               pair_of(*async, 64 << 10, sid, AllocTag{});
+            } else {
+              const std::uint64_t p = raw.alloc_async(64 << 10, pool, s);
+              for (const double w0 = now_ns(); now_ns() - w0 < 50;) {
+              }
+              raw.free_async(p, s);
             }
           }
           done += per_thread;
@@ -196,7 +205,9 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
       (void)async->reap_pending();
     }
     const double raw_rate = summarize(rates[0]).median, ours = summarize(rates[1]).median;
-    std::printf("| %d | %.0f | %.0f | %.3f |\n", threads, raw_rate, ours, ours / raw_rate);
+    const double worked = summarize(rates[2]).median;
+    std::printf("| %d | %.0f | %.0f | %.3f | %.0f | %.3f |\n", threads, raw_rate, ours, ours / raw_rate, worked,
+                worked / raw_rate);
   }
   const long raw_failed = Raw<D>::failures().load(), ours_failed = wrapper_failures.load();
   std::printf("\nfailed calls: %ld raw, %ld wrapper pairs%s\n", raw_failed, ours_failed,
