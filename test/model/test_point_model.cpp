@@ -31,6 +31,7 @@
 #include "xlogrt/reactor/detail/reactor_waiter.hpp"
 
 #include "relacy_atomics.hpp"  // last: it brings <relacy/relacy.hpp> and its macros
+#include "relacy_harness.hpp"
 
 // Relacy's global operator new needs these companions in the one translation unit of the
 // executable that includes it (test_slot_models.cpp explains why).
@@ -42,6 +43,7 @@ void operator delete[](void* p, std::size_t) noexcept { ::operator delete[](p); 
 
 namespace {
 
+using namespace xlogrt_model;
 using xlogrt::detail::PointProtocol;
 using xlogrt::detail::ReactorWaiter;
 
@@ -155,65 +157,6 @@ struct PollThenAttach : rl::test_suite<PollThenAttach<Proto>, 2> {
     core.reset();
   }
 };
-
-struct Outcome {
-  rl::test_result_e result;
-  rl::iteration_t iterations;
-  std::string log;
-};
-
-/// Where Relacy writes its report: a fixed buffer that never allocates (see
-/// test_park_model.cpp for why). Text beyond the buffer is dropped.
-class FixedLog : public std::streambuf {
- public:
-  FixedLog() { reset(); }
-  void reset() { setp(buf_, buf_ + sizeof buf_); }
-  std::string text() const { return std::string(pbase(), pptr()); }
-
- protected:
-  int_type overflow(int_type ch) override { return traits_type::not_eof(ch); }
-
- private:
-  char buf_[1 << 16];
-};
-
-/// Explores every schedule when `full`, else `iterations` random ones.
-template <class Suite>
-Outcome explore(bool full, rl::iteration_t iterations) {
-  static FixedLog buf;  // static: kept off the stack
-  buf.reset();
-  std::ostream log(&buf);
-  rl::test_params p;
-  p.output_stream = &log;
-  p.progress_stream = &log;
-  if (full) {
-    p.search_type = rl::fair_full_search_scheduler_type;
-  } else {
-    p.search_type = rl::random_scheduler_type;
-    p.iteration_count = iterations;
-  }
-  rl::simulate<Suite>(p);
-  return {p.test_result, p.stop_iteration, buf.text()};
-}
-
-template <class Suite>
-void require_pass(bool full, rl::iteration_t iterations = 0) {
-  const Outcome o = explore<Suite>(full, iterations);
-  INFO(o.log);
-  REQUIRE(std::string(rl::test_result_str(o.result)) == "SUCCESS");
-  std::cout << "  " << Catch::getResultCapture().getCurrentTestName() << ": " << o.iterations
-            << (full ? " schedules (full search)" : " random schedules") << ", all passed\n";
-}
-
-template <class Suite>
-void require_caught(rl::test_result_e expected, bool full, rl::iteration_t iterations = 0) {
-  const Outcome o = explore<Suite>(full, iterations);
-  INFO("Relacy's report of the mutant run:\n" << o.log);
-  REQUIRE(std::string(rl::test_result_str(o.result)) ==
-          std::string(rl::test_result_str(expected)));
-  std::cout << "  " << Catch::getResultCapture().getCurrentTestName() << ": caught ("
-            << rl::test_result_str(o.result) << ") at schedule " << o.iterations << "\n";
-}
 
 // ---- the mutants ------------------------------------------------------------------------
 
