@@ -18,10 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <algorithm>
-#include <iostream>
 #include <optional>
-#include <ostream>
-#include <streambuf>
 #include <string>
 #include <vector>
 
@@ -31,14 +28,6 @@
 
 #include "relacy_atomics.hpp"  // last: it brings <relacy/relacy.hpp> and its macros
 #include "relacy_harness.hpp"
-
-// Relacy's global operator new needs these companions in the one translation unit of the
-// executable that includes it (test_slot_models.cpp explains why).
-void operator delete(void* p, std::size_t) noexcept { ::operator delete(p); }
-void operator delete[](void* p, std::size_t) noexcept { ::operator delete[](p); }
-[[gnu::used]] static void (*const keep_relacy_delete)(void*) noexcept = &::operator delete;
-[[gnu::used]] static void (*const keep_relacy_delete_array)(void*) noexcept =
-    &::operator delete[];
 
 namespace {
 
@@ -193,8 +182,8 @@ struct StopWhileParking : rl::test_suite<StopWhileParking<Proto>, 2> {
 };
 
 template <class Suite>
-void require_lost_wakeup(bool full, rl::iteration_t iterations = 0) {
-  require_caught<Suite>(rl::test_result_deadlock, full, iterations);
+void require_lost_wakeup(const Search& search) {
+  require_caught<Suite>(rl::test_result_deadlock, search);
 }
 
 // ---- the mutants ------------------------------------------------------------------------
@@ -219,28 +208,28 @@ struct CheckBeforeAnnounce : ParkProtocol {
 }  // namespace
 
 TEST_CASE("model: a registrant arms twice against a scanner that parks", "[model][park]") {
-  require_pass<TwoRounds<ParkProtocol>>(false, 1000000);
+  require_pass<TwoRounds<ParkProtocol>>(random(1000000));
 }
 
 TEST_CASE("model: two registrants race one idle-to-active transition", "[model][park]") {
-  require_pass<TwoRegistrants<ParkProtocol>>(false, 1000000);
+  require_pass<TwoRegistrants<ParkProtocol>>(random(1000000));
 }
 
 TEST_CASE("model: the destructor's stop wakes a parking scanner", "[model][park]") {
-  require_pass<StopWhileParking<ParkProtocol>>(true);
+  require_pass<StopWhileParking<ParkProtocol>>(full());
 }
 
 TEST_CASE("mutant: registrant tests the state with a load: lost wake-up caught",
           "[model][park][mutant]") {
-  require_lost_wakeup<TwoRounds<WakeByLoad>>(false, 1000000);
+  require_lost_wakeup<TwoRounds<WakeByLoad>>(random(1000000));
 }
 
 TEST_CASE("mutant: scanner announces with a store: lost wake-up caught",
           "[model][park][mutant]") {
-  require_lost_wakeup<TwoRounds<AnnounceByStore>>(false, 1000000);
+  require_lost_wakeup<TwoRounds<AnnounceByStore>>(random(1000000));
 }
 
 TEST_CASE("mutant: scanner checks idleness before announcing: lost wake-up caught",
           "[model][park][mutant]") {
-  require_lost_wakeup<TwoRounds<CheckBeforeAnnounce>>(false, 1000000);
+  require_lost_wakeup<TwoRounds<CheckBeforeAnnounce>>(random(1000000));
 }

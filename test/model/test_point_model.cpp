@@ -20,10 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <iostream>
 #include <optional>
-#include <ostream>
-#include <streambuf>
 #include <string>
 
 #include "xlogrt/core/result.hpp"
@@ -32,14 +29,6 @@
 
 #include "relacy_atomics.hpp"  // last: it brings <relacy/relacy.hpp> and its macros
 #include "relacy_harness.hpp"
-
-// Relacy's global operator new needs these companions in the one translation unit of the
-// executable that includes it (test_slot_models.cpp explains why).
-void operator delete(void* p, std::size_t) noexcept { ::operator delete(p); }
-void operator delete[](void* p, std::size_t) noexcept { ::operator delete[](p); }
-[[gnu::used]] static void (*const keep_relacy_delete)(void*) noexcept = &::operator delete;
-[[gnu::used]] static void (*const keep_relacy_delete_array)(void*) noexcept =
-    &::operator delete[];
 
 namespace {
 
@@ -185,33 +174,33 @@ struct ObserveRelaxed : PointProtocol {
 }  // namespace
 
 TEST_CASE("model: two attachers race the point's one completion", "[model][point]") {
-  require_pass<AttachWhileFiring<PointProtocol, 2, 2>>(true);
+  require_pass<AttachWhileFiring<PointProtocol, 2, 2>>(full());
 }
 
 TEST_CASE("model: three attachers race the point's one completion", "[model][point]") {
-  require_pass<AttachWhileFiring<PointProtocol, 3, 1>>(false, 500000);
+  require_pass<AttachWhileFiring<PointProtocol, 3, 1>>(random(500000));
 }
 
 TEST_CASE("model: an attacher that polls done() first races the completion", "[model][point]") {
-  require_pass<PollThenAttach<PointProtocol>>(true);
+  require_pass<PollThenAttach<PointProtocol>>(full());
 }
 
 TEST_CASE("mutant: attach without re-checking for the closed sentinel: lost waiter caught",
           "[model][point][mutant]") {
   require_caught<AttachWhileFiring<AttachWithoutRecheck, 2, 1>>(
-      rl::test_result_user_assert_failed, true);
+      rl::test_result_user_assert_failed, full());
 }
 
 TEST_CASE("mutant: attach's compare-exchange without release: data race caught",
           "[model][point][mutant]") {
-  require_caught<AttachWhileFiring<AttachNoRelease, 1, 1>>(rl::test_result_data_race, true);
+  require_caught<AttachWhileFiring<AttachNoRelease, 1, 1>>(rl::test_result_data_race, full());
 }
 
 TEST_CASE("mutant: close's exchange without release: data race caught",
           "[model][point][mutant]") {
-  require_caught<AttachWhileFiring<CloseNoRelease, 1, 1>>(rl::test_result_data_race, true);
+  require_caught<AttachWhileFiring<CloseNoRelease, 1, 1>>(rl::test_result_data_race, full());
 }
 
 TEST_CASE("mutant: relaxed loads of the head: data race caught", "[model][point][mutant]") {
-  require_caught<PollThenAttach<ObserveRelaxed>>(rl::test_result_data_race, true);
+  require_caught<PollThenAttach<ObserveRelaxed>>(rl::test_result_data_race, full());
 }

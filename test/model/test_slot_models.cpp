@@ -10,34 +10,24 @@
 
 #include <catch2/catch.hpp>
 
-#include <array>
 #include <atomic>
 #include <cstdint>
-#include <iostream>
 #include <optional>
-#include <streambuf>
 #include <string>
 
 #include "../reactor/slot_scenarios.hpp"
 #include "xlogrt/reactor/detail/slot_protocol.hpp"
 
 #include "relacy_atomics.hpp"  // last: it brings <relacy/relacy.hpp> and its macros
+#include "relacy_harness.hpp"
 
-// Relacy replaces the global operator new (inline, in its header) with one that allocates
-// from the model's heap while a model runs and from malloc otherwise, but it defines
-// neither the sized deletes that C++14 code calls nor a delete that code outside this
-// translation unit reaches. Without the definitions below, libstdc++ would hand a block
-// from the model's heap to glibc's free. With them, every delete of the process goes to
-// Relacy's, which knows which heap a block came from. (This is the only translation unit
-// of the executable that includes Relacy.)
-void operator delete(void* p, std::size_t) noexcept { ::operator delete(p); }
-void operator delete[](void* p, std::size_t) noexcept { ::operator delete[](p); }
-[[gnu::used]] static void (*const keep_relacy_delete)(void*) noexcept = &::operator delete;
-[[gnu::used]] static void (*const keep_relacy_delete_array)(void*) noexcept =
-    &::operator delete[];
 
 namespace {
 
+using xlogrt_model::bounded;
+using xlogrt_model::full;
+using xlogrt_model::random;
+using xlogrt_model::Search;
 using xlogrt::detail::SlotProtocol;
 using slot_scenarios::ClaimRace;
 using slot_scenarios::ClaimRecycle;
@@ -58,84 +48,14 @@ struct Model : rl::test_suite<Model<Scenario, Proto>,
   }
 };
 
-/// Relacy's report goes to a fixed buffer, never to a growing string: Relacy's heap serves
-/// every allocation made while a model runs, and a buffer allocated before the run and
-/// regrown inside it would be freed by the wrong heap.
-class FixedLog : public std::streambuf {
- public:
-  FixedLog() { clear(); }
-  void clear() { setp(buf_.data(), buf_.data() + buf_.size()); }
-  std::string text() const { return std::string(pbase(), pptr()); }
-
- protected:
-  int_type overflow(int_type c) override { return traits_type::not_eof(c); }  // full: drop
-
- private:
-  std::array<char, 1 << 20> buf_{};
-};
-
-struct Outcome {
-  rl::test_result_e result;
-  rl::iteration_t iterations;
-  std::string log;
-};
-
-/// How a model is explored: every schedule (full), every schedule with at most `bound`
-/// preemptions (context-bound), or `iterations` random schedules.
-struct Search {
-  rl::scheduler_type_e type;
-  unsigned bound = 0;
-  rl::iteration_t iterations = 0;
-  std::string what() const {
-    if (type == rl::fair_full_search_scheduler_type) return "every schedule";
-    if (type == rl::fair_context_bound_scheduler_type) {
-      return "every schedule with at most " + std::to_string(bound) + " preemption" +
-             (bound == 1 ? "" : "s");
-    }
-    return "random schedules";
-  }
-};
-constexpr Search full() { return {rl::fair_full_search_scheduler_type}; }
-constexpr Search bounded(unsigned preemptions) {
-  return {rl::fair_context_bound_scheduler_type, preemptions};
-}
-constexpr Search random(rl::iteration_t n) { return {rl::random_scheduler_type, 0, n}; }
-
-template <template <class, class, class> class Scenario, class Proto>
-Outcome explore(const Search& search) {
-  static FixedLog buffer;  // 1 MiB: kept off the stack
-  buffer.clear();
-  std::ostream log(&buffer);
-  rl::test_params p;
-  p.output_stream = &log;
-  p.progress_stream = &log;
-  p.search_type = search.type;
-  p.context_bound = search.bound;
-  if (search.iterations != 0) p.iteration_count = search.iterations;
-  rl::simulate<Model<Scenario, Proto>>(p);
-  return {p.test_result, p.stop_iteration, buffer.text()};
-}
-
-/// The protocol as shipped must pass; on failure, Relacy's history is the report.
+/// The harness's checks, for a scenario run with a protocol (the shipped one by default).
 template <template <class, class, class> class Scenario, class Proto = SlotProtocol>
 void require_pass(const Search& search) {
-  const Outcome o = explore<Scenario, Proto>(search);
-  INFO(o.log);
-  REQUIRE(std::string(rl::test_result_str(o.result)) == "SUCCESS");
-  std::cout << "  " << Catch::getResultCapture().getCurrentTestName() << ": passed, "
-            << o.iterations << " schedules (" << search.what() << ")\n";
+  xlogrt_model::require_pass<Model<Scenario, Proto>>(search);
 }
-
-/// A mutant must be caught, with the failure it is expected to cause.
 template <template <class, class, class> class Scenario, class Mutant>
 void require_caught(rl::test_result_e expected, const Search& search) {
-  const Outcome o = explore<Scenario, Mutant>(search);
-  INFO("Relacy's report of the mutant run:\n" << o.log);
-  REQUIRE(std::string(rl::test_result_str(o.result)) ==
-          std::string(rl::test_result_str(expected)));
-  std::cout << "  " << Catch::getResultCapture().getCurrentTestName() << ": "
-            << rl::test_result_str(o.result) << " found at schedule " << o.iterations << " ("
-            << search.what() << ")\n";
+  xlogrt_model::require_caught<Model<Scenario, Mutant>>(expected, search);
 }
 
 // ---- the mutants ------------------------------------------------------------------------
