@@ -27,21 +27,33 @@ using namespace xlogrt::bench;
 
 namespace {
 
+/// Failed raw driver calls. A failed call is fast: any makes the figures void, and the
+/// bench says so.
+std::atomic<long> raw_failures{0};
+
+template <class T>
+T counted(result<T> r) {
+  if (!r) {
+    raw_failures.fetch_add(1, std::memory_order_relaxed);
+    return T{};
+  }
+  return *r;
+}
+inline void counted(result<void> r) {
+  if (!r) raw_failures.fetch_add(1, std::memory_order_relaxed);
+}
+
 /// The raw driver calls of a driver: libcuda's own entry points for CudaDriver, the
 /// driver's members otherwise.
 template <class D>
 struct Raw {
   D& d;
-  static std::atomic<long>& failures() {
-    static std::atomic<long> n{0};
-    return n;
-  }
-  std::uint64_t alloc(std::size_t n) { return *d.mem_alloc(n); }
-  void free(std::uint64_t p) { (void)d.mem_free(p); }
+  std::uint64_t alloc(std::size_t n) { return counted(d.mem_alloc(n)); }
+  void free(std::uint64_t p) { counted(d.mem_free(p)); }
   std::uint64_t alloc_async(std::size_t n, typename D::mempool_t pool, typename D::stream_t s) {
-    return *d.mem_alloc_async(n, pool, s);
+    return counted(d.mem_alloc_async(n, pool, s));
   }
-  void free_async(std::uint64_t p, typename D::stream_t s) { (void)d.mem_free_async(p, s); }
+  void free_async(std::uint64_t p, typename D::stream_t s) { counted(d.mem_free_async(p, s)); }
 };
 template <>
 struct Raw<CudaDriver> {
@@ -58,13 +70,8 @@ struct Raw<CudaDriver> {
     return p;
   }
   void free_async(std::uint64_t p, CUstream s) { check(d.api().cuMemFreeAsync_(p, s)); }
-  // A failed call is fast: count failures, so that a figure never rests on one.
   static void check(CUresult r) {
-    if (r != CUDA_SUCCESS) failures().fetch_add(1, std::memory_order_relaxed);
-  }
-  static std::atomic<long>& failures() {
-    static std::atomic<long> n{0};
-    return n;
+    if (r != CUDA_SUCCESS) raw_failures.fetch_add(1, std::memory_order_relaxed);
   }
 };
 
@@ -209,7 +216,7 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
     std::printf("| %d | %.0f | %.0f | %.3f | %.0f | %.3f |\n", threads, raw_rate, ours, ours / raw_rate, worked,
                 worked / raw_rate);
   }
-  const long raw_failed = Raw<D>::failures().load(), ours_failed = wrapper_failures.load();
+  const long raw_failed = raw_failures.load(), ours_failed = wrapper_failures.load();
   std::printf("\nfailed calls: %ld raw, %ld wrapper pairs%s\n", raw_failed, ours_failed,
               raw_failed + ours_failed != 0 ? " -- the figures above are void" : "");
   return raw_failed + ours_failed != 0 ? 1 : 0;

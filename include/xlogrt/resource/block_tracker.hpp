@@ -291,10 +291,7 @@ class BlockTable {
   static constexpr std::uint32_t OWNED = SHARDS - 1;
 
   /// The calling thread's shard: its own while its ticket is below OWNED, else the shared one.
-  static std::uint32_t home_shard() noexcept {
-    const std::uint32_t t = detail::thread_ticket();
-    return t < OWNED ? t : OWNED;
-  }
+  static std::uint32_t home_shard() noexcept { return detail::owned_slot(OWNED); }
 
   /// The slot `id` names, or nullptr when no such slot has been made.
   const Slot* slot_of(BlockId id) const noexcept {

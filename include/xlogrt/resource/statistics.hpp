@@ -314,8 +314,8 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     /// without read-modify-writes; other threads, and any thread when host memory is
     /// short, share stripe [count] (still exact).
     std::pair<Entry*, bool> stripe() noexcept {
-      const std::uint32_t t = detail::thread_ticket();
-      if (t >= count) [[unlikely]] return {stripes[count].load(std::memory_order_relaxed), false};
+      const std::uint32_t t = detail::owned_slot(count);
+      if (t == count) [[unlikely]] return {stripes[count].load(std::memory_order_relaxed), false};
       std::atomic<Entry*>& slot = stripes[t];
       Entry* p = slot.load(std::memory_order_acquire);
       if (p != nullptr) [[likely]] return {p, true};

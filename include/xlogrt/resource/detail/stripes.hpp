@@ -81,6 +81,15 @@ inline std::uint32_t thread_ticket() noexcept {
   return mine;
 }
 
+/// The calling thread's own slot among `owned` slots owned one per ticket: its ticket when
+/// that is below `owned`, else `owned` (the one slot the other threads share). Slot
+/// `ticket` is written by one live thread only; slot `owned` needs read-modify-writes or
+/// a lock.
+inline std::uint32_t owned_slot(std::uint32_t owned) noexcept {
+  const std::uint32_t t = thread_ticket();
+  return t < owned ? t : owned;
+}
+
 /// The calling thread's stripe among `stripes` (a power of two).
 inline std::uint32_t thread_stripe(std::uint32_t stripes) noexcept { return thread_ticket() & (stripes - 1); }
 
