@@ -455,6 +455,8 @@ class SimDriver {
   SimOp describe_locked(const OpRef& r) const;
   result<void> enqueue_simple_locked(Call c, stream_t s, Op op, Access a,
                                      std::span<const SimAccess> checks);
+  result<void> enqueue_transfer_locked(Call c, stream_t s, Op op, Access a,
+                                       std::span<const SimAccess> checks);
 
   std::optional<std::uint64_t> allocate_locked(Device& dev, std::uint64_t need,
                                                const VectorClock& vc);
@@ -841,6 +843,16 @@ inline void SimDriver::record_locked() {
 
 // Validates the stream, assigns the operation its place, checks `checks` (each with
 // its own access mode) and queues it.
+/// A memset or memcpy: as CUDA, one of 0 bytes only checks its stream and enqueues nothing.
+inline result<void> SimDriver::enqueue_transfer_locked(Call c, stream_t s, Op op, Access a,
+                                                       std::span<const SimAccess> checks) {
+  if (op.bytes == 0) {
+    auto sr = stream_locked(c, s);
+    return sr ? ok() : result<void>(std::move(sr).error());
+  }
+  return enqueue_simple_locked(c, s, std::move(op), a, checks);
+}
+
 inline result<void> SimDriver::enqueue_simple_locked(Call c, stream_t s, Op op, Access a,
                                                      std::span<const SimAccess> checks) {
   auto sr = stream_locked(c, s);
@@ -1705,23 +1717,15 @@ inline result<void> SimDriver::memset_d8_async(std::uint64_t dst, std::uint8_t v
   op.bytes = bytes;
   op.value = value;
   const SimAccess a{dst, bytes, Access::Write};
-  if (bytes == 0) {
-    auto sr = stream_locked(Call::memset_d8_async, s);
-    return sr ? ok() : result<void>(std::move(sr).error());
-  }
-  return enqueue_simple_locked(Call::memset_d8_async, s, std::move(op), Access::Write,
-                               std::span<const SimAccess>(&a, 1));
+  return enqueue_transfer_locked(Call::memset_d8_async, s, std::move(op), Access::Write,
+                                 std::span<const SimAccess>(&a, 1));
 }
 
 inline result<void> SimDriver::memcpy_htod_async(std::uint64_t dst, const void* src,
                                                  std::size_t bytes, stream_t s) noexcept {
   Lock lk(mu_);
   if (auto e = enter_locked(Call::memcpy_htod_async)) return *e;
-  if (bytes == 0) {
-    auto sr = stream_locked(Call::memcpy_htod_async, s);
-    return sr ? ok() : result<void>(std::move(sr).error());
-  }
-  if (src == nullptr) {
+  if (bytes != 0 && src == nullptr) {
     return fail(Call::memcpy_htod_async, status::invalid_value, "copying from a null host pointer");
   }
   Op op;
@@ -1730,19 +1734,15 @@ inline result<void> SimDriver::memcpy_htod_async(std::uint64_t dst, const void* 
   op.chost = src;
   op.bytes = bytes;
   const SimAccess a{dst, bytes, Access::Write};
-  return enqueue_simple_locked(Call::memcpy_htod_async, s, std::move(op), Access::Write,
-                               std::span<const SimAccess>(&a, 1));
+  return enqueue_transfer_locked(Call::memcpy_htod_async, s, std::move(op), Access::Write,
+                                 std::span<const SimAccess>(&a, 1));
 }
 
 inline result<void> SimDriver::memcpy_dtoh_async(void* dst, std::uint64_t src, std::size_t bytes,
                                                  stream_t s) noexcept {
   Lock lk(mu_);
   if (auto e = enter_locked(Call::memcpy_dtoh_async)) return *e;
-  if (bytes == 0) {
-    auto sr = stream_locked(Call::memcpy_dtoh_async, s);
-    return sr ? ok() : result<void>(std::move(sr).error());
-  }
-  if (dst == nullptr) {
+  if (bytes != 0 && dst == nullptr) {
     return fail(Call::memcpy_dtoh_async, status::invalid_value, "copying to a null host pointer");
   }
   Op op;
@@ -1751,26 +1751,22 @@ inline result<void> SimDriver::memcpy_dtoh_async(void* dst, std::uint64_t src, s
   op.host = dst;
   op.bytes = bytes;
   const SimAccess a{src, bytes, Access::Read};
-  return enqueue_simple_locked(Call::memcpy_dtoh_async, s, std::move(op), Access::Read,
-                               std::span<const SimAccess>(&a, 1));
+  return enqueue_transfer_locked(Call::memcpy_dtoh_async, s, std::move(op), Access::Read,
+                                 std::span<const SimAccess>(&a, 1));
 }
 
 inline result<void> SimDriver::memcpy_dtod_async(std::uint64_t dst, std::uint64_t src,
                                                  std::size_t bytes, stream_t s) noexcept {
   Lock lk(mu_);
   if (auto e = enter_locked(Call::memcpy_dtod_async)) return *e;
-  if (bytes == 0) {
-    auto sr = stream_locked(Call::memcpy_dtod_async, s);
-    return sr ? ok() : result<void>(std::move(sr).error());
-  }
   Op op;
   op.kind = OpKind::memcpy_dtod;
   op.dst = dst;
   op.src = src;
   op.bytes = bytes;
   const SimAccess a[2] = {{src, bytes, Access::Read}, {dst, bytes, Access::Write}};
-  return enqueue_simple_locked(Call::memcpy_dtod_async, s, std::move(op), Access::ReadWrite,
-                               std::span<const SimAccess>(a, 2));
+  return enqueue_transfer_locked(Call::memcpy_dtod_async, s, std::move(op), Access::ReadWrite,
+                                 std::span<const SimAccess>(a, 2));
 }
 
 inline result<void> SimDriver::stream_write_value32(stream_t s, std::uint64_t dst,
