@@ -612,3 +612,22 @@ TEST_CASE("mapped host memory has its own device address", "[sim]") {
   REQUIRE_FALSE(r);
   CHECK(r.error().driver_status() == status::illegal_address);
 }
+
+TEST_CASE("a zero-byte memset or copy enqueues nothing but still checks its stream", "[sim]") {
+  Sim sim;
+  auto s = sim.stream();
+  auto p = value(sim.d.mem_alloc(64));
+  expect_ok(sim.d.memset_d8_async(p, 1, 0, s));
+  expect_ok(sim.d.memcpy_htod_async(p, nullptr, 0, s));  // no bytes: a null host pointer is fine
+  expect_ok(sim.d.memcpy_dtoh_async(nullptr, p, 0, s));
+  expect_ok(sim.d.memcpy_dtod_async(p, p, 0, s));
+  CHECK(sim.d.pending_ops() == 0);
+  auto nul = sim.d.memcpy_htod_async(p, nullptr, 4, s);  // with bytes it is an error
+  REQUIRE_FALSE(nul);
+  CHECK(nul.error().driver_status() == status::invalid_value);
+  expect_ok(sim.d.stream_destroy(s));
+  auto gone = sim.d.memset_d8_async(p, 1, 0, s);
+  REQUIRE_FALSE(gone);
+  CHECK(gone.error().driver_status() == status::invalid_handle);
+  expect_ok(sim.d.mem_free(p));
+}
