@@ -7,6 +7,7 @@
 // test_sim_stacks.cpp.
 
 #include <memory>
+#include <utility>
 
 #include <xlogrt/resource/any_resource.hpp>
 #include <xlogrt/resource/async_cuda.hpp>
@@ -23,108 +24,96 @@ result<AsyncCuda<D>> make_async(const std::shared_ptr<StreamPool<D>>& s) {
   return AsyncCuda<D>::create(s);
 }
 
+/// What the stacks over DirectCuda share: the driver and the calls a failure is injected into.
 template <class D>
-struct BudgetAsync {
+struct OverDirect {
   using driver = D;
-  using type = Budget<AsyncCuda<D>>;
-  static constexpr const char* name = "Budget<AsyncCuda>";
+  static constexpr const char* alloc_call = "cuMemAlloc";
+  static constexpr const char* free_call = "cuMemFree";
+};
+
+/// What the stacks over AsyncCuda share: the driver, the calls a failure is injected
+/// into, and building the stack from a new AsyncCuda with `f`.
+template <class D>
+struct OverAsync {
+  using driver = D;
   static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
   static constexpr const char* free_call = "cuMemFreeAsync";
-  static result<type> make(const std::shared_ptr<StreamPool<D>>& s) {
+  template <class F>
+  static auto wrap(const std::shared_ptr<StreamPool<D>>& s, F&& f) -> result<decltype(f(std::declval<AsyncCuda<D>>()))> {
     auto a = make_async(s);
     if (!a) return std::move(a).error();
-    return type{std::move(*a)};
+    return f(std::move(*a));
   }
 };
 
 template <class D>
-struct BudgetDirect {
-  using driver = D;
+struct BudgetAsync : OverAsync<D> {
+  using type = Budget<AsyncCuda<D>>;
+  static constexpr const char* name = "Budget<AsyncCuda>";
+  static result<type> make(const std::shared_ptr<StreamPool<D>>& s) {
+    return OverAsync<D>::wrap(s, [](AsyncCuda<D>&& a) -> type { return type{std::move(a)}; });
+  }
+};
+
+template <class D>
+struct BudgetDirect : OverDirect<D> {
   using type = Budget<DirectCuda<D>>;
   static constexpr const char* name = "Budget<DirectCuda>";
-  static constexpr const char* alloc_call = "cuMemAlloc";
-  static constexpr const char* free_call = "cuMemFree";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) { return type{DirectCuda<D>(s)}; }
 };
 
 template <class D>
-struct StatisticsAsync {
-  using driver = D;
+struct StatisticsAsync : OverAsync<D> {
   using type = Statistics<AsyncCuda<D>>;
   static constexpr const char* name = "Statistics<AsyncCuda>";
-  static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
-  static constexpr const char* free_call = "cuMemFreeAsync";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) {
-    auto a = make_async(s);
-    if (!a) return std::move(a).error();
-    return type{std::move(*a)};
+    return OverAsync<D>::wrap(s, [](AsyncCuda<D>&& a) -> type { return type{std::move(a)}; });
   }
 };
 
 template <class D>
-struct LoggingAsync {
-  using driver = D;
+struct LoggingAsync : OverAsync<D> {
   using type = Logging<AsyncCuda<D>, RingSink>;
   static constexpr const char* name = "Logging<AsyncCuda, RingSink>";
-  static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
-  static constexpr const char* free_call = "cuMemFreeAsync";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) {
-    auto a = make_async(s);
-    if (!a) return std::move(a).error();
-    return type{std::move(*a), RingSink(1024)};
+    return OverAsync<D>::wrap(s, [](AsyncCuda<D>&& a) -> type { return type{std::move(a), RingSink(1024)}; });
   }
 };
 
 template <class D>
-struct DebugGuardAsync {
-  using driver = D;
+struct DebugGuardAsync : OverAsync<D> {
   using type = DebugGuard<AsyncCuda<D>>;
   static constexpr const char* name = "DebugGuard<AsyncCuda>";
-  static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
-  static constexpr const char* free_call = "cuMemFreeAsync";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) {
-    auto a = make_async(s);
-    if (!a) return std::move(a).error();
-    return type{std::move(*a)};
+    return OverAsync<D>::wrap(s, [](AsyncCuda<D>&& a) -> type { return type{std::move(a)}; });
   }
 };
 
 /// The stack the decorator overhead benchmark measures.
 template <class D>
-struct FullAsync {
-  using driver = D;
+struct FullAsync : OverAsync<D> {
   using type = Budget<Statistics<Logging<AsyncCuda<D>, NullSink>>>;
   static constexpr const char* name = "Budget<Statistics<Logging<AsyncCuda, NullSink>>>";
-  static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
-  static constexpr const char* free_call = "cuMemFreeAsync";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) {
-    auto a = make_async(s);
-    if (!a) return std::move(a).error();
-    return type{Statistics<Logging<AsyncCuda<D>, NullSink>>{Logging<AsyncCuda<D>, NullSink>{std::move(*a)}}};
+    using Logged = Logging<AsyncCuda<D>, NullSink>;
+    return OverAsync<D>::wrap(s, [](AsyncCuda<D>&& a) -> type { return type{Statistics<Logged>{Logged{std::move(a)}}}; });
   }
 };
 
 template <class D>
-struct AnyAsync {
-  using driver = D;
+struct AnyAsync : OverAsync<D> {
   using type = AnyResource;
   static constexpr const char* name = "AnyResource{AsyncCuda}";
-  static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
-  static constexpr const char* free_call = "cuMemFreeAsync";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) {
-    auto a = make_async(s);
-    if (!a) return std::move(a).error();
-    return AnyResource{std::move(*a)};
+    return OverAsync<D>::wrap(s, [](AsyncCuda<D>&& a) -> type { return AnyResource{std::move(a)}; });
   }
 };
 
 template <class D>
-struct AnyDirect {
-  using driver = D;
+struct AnyDirect : OverDirect<D> {
   using type = AnyResource;
   static constexpr const char* name = "AnyResource{DirectCuda}";
-  static constexpr const char* alloc_call = "cuMemAlloc";
-  static constexpr const char* free_call = "cuMemFree";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) { return AnyResource{DirectCuda<D>(s)}; }
 };
 
