@@ -17,35 +17,9 @@
 #include <xlogrt/resource/logging.hpp>
 #include <xlogrt/resource/statistics.hpp>
 
+#include "../resource/stacks.hpp"
+
 namespace xlogrt::testing {
-
-template <class D>
-result<AsyncCuda<D>> make_async(const std::shared_ptr<StreamPool<D>>& s) {
-  return AsyncCuda<D>::create(s);
-}
-
-/// What the stacks over DirectCuda share: the driver and the calls a failure is injected into.
-template <class D>
-struct OverDirect {
-  using driver = D;
-  static constexpr const char* alloc_call = "cuMemAlloc";
-  static constexpr const char* free_call = "cuMemFree";
-};
-
-/// What the stacks over AsyncCuda share: the driver, the calls a failure is injected
-/// into, and building the stack from a new AsyncCuda with `f`.
-template <class D>
-struct OverAsync {
-  using driver = D;
-  static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
-  static constexpr const char* free_call = "cuMemFreeAsync";
-  template <class F>
-  static auto wrap(const std::shared_ptr<StreamPool<D>>& s, F&& f) -> result<decltype(f(std::declval<AsyncCuda<D>>()))> {
-    auto a = make_async(s);
-    if (!a) return std::move(a).error();
-    return f(std::move(*a));
-  }
-};
 
 template <class D>
 struct BudgetAsync : OverAsync<D> {

@@ -7,39 +7,59 @@
 // the type list of a TEMPLATE_LIST_TEST_CASE.
 
 #include <memory>
+#include <utility>
 
 #include <xlogrt/runtime.hpp>
 
 namespace xlogrt::testing {
 
 template <class D>
-struct AsyncStack {
+result<AsyncCuda<D>> make_async(const std::shared_ptr<StreamPool<D>>& s) {
+  return AsyncCuda<D>::create(s);
+}
+
+/// What the stacks over DirectCuda share: the driver and the calls a failure is injected into.
+template <class D>
+struct OverDirect {
   using driver = D;
-  using type = AsyncCuda<D>;
-  static constexpr const char* name = "AsyncCuda";
+  static constexpr const char* alloc_call = "cuMemAlloc";
+  static constexpr const char* free_call = "cuMemFree";
+};
+
+/// What the stacks over AsyncCuda share: the driver, the calls a failure is injected
+/// into, and building the stack from a new AsyncCuda with `f`.
+template <class D>
+struct OverAsync {
+  using driver = D;
   static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
   static constexpr const char* free_call = "cuMemFreeAsync";
+  template <class F>
+  static auto wrap(const std::shared_ptr<StreamPool<D>>& s, F&& f) -> result<decltype(f(std::declval<AsyncCuda<D>>()))> {
+    auto a = make_async(s);
+    if (!a) return std::move(a).error();
+    return f(std::move(*a));
+  }
+};
+
+template <class D>
+struct AsyncStack : OverAsync<D> {
+  using type = AsyncCuda<D>;
+  static constexpr const char* name = "AsyncCuda";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) { return type::create(s); }
 };
 
 template <class D>
-struct DirectStack {
-  using driver = D;
+struct DirectStack : OverDirect<D> {
   using type = DirectCuda<D>;
   static constexpr const char* name = "DirectCuda";
-  static constexpr const char* alloc_call = "cuMemAlloc";
-  static constexpr const char* free_call = "cuMemFree";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) { return type(s); }
 };
 
 /// The default stack (Budget<Statistics<Logging<AsyncCuda>>>), built as try_get builds it.
 template <class D>
-struct DefaultStackFactory {
-  using driver = D;
+struct DefaultStackFactory : OverAsync<D> {
   using type = DefaultStackOn<D>;
   static constexpr const char* name = "DefaultStack";
-  static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
-  static constexpr const char* free_call = "cuMemFreeAsync";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) { return StackBuilder<type>::build(s); }
 };
 
