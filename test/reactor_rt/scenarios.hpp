@@ -126,6 +126,25 @@ struct Tally {
   }
 };
 
+/// Collects futures: get() on each (which returns once its wait ended), recorded in
+/// `tally` as reached when `marker` is null or has counted to `expect`.
+inline void collect_futures(std::vector<std::pair<std::future<void>, std::size_t>>& futures,
+                            Tally& tally, const std::atomic<std::uint64_t>* marker,
+                            std::uint64_t expect) {
+  for (auto& [f, tok] : futures) {
+    const auto reached = [&] {
+      return marker == nullptr || marker->load(std::memory_order_acquire) >= expect;
+    };
+    try {
+      f.get();
+      tally.record(tok, ok(), reached());
+    } catch (const FutureError& e) {
+      tally.record(tok, e.error(), reached());
+    }
+  }
+  futures.clear();
+}
+
 /// A host function that counts how far a stream has got.
 inline void count_marker(void* p) {
   static_cast<std::atomic<std::uint64_t>*>(p)->fetch_add(1, std::memory_order_acq_rel);
@@ -268,27 +287,12 @@ void many_waiters(Rig<D>& rig, unsigned threads, unsigned per_thread) {
         // Drain futures now and then so that some waits are awaited while others are
         // still being armed.
         if (futures.size() >= 16) {
-          for (auto& [f, tok] : futures) {
-            try {
-              f.get();
-              tally.record(tok, ok(), true);
-            } catch (const FutureError& e) {
-              tally.record(tok, e.error(), true);
-            }
-            future_waits.fetch_add(1);
-          }
-          futures.clear();
+          future_waits.fetch_add(futures.size());
+          collect_futures(futures, tally, nullptr, 0);
         }
       }
-      for (auto& [f, tok] : futures) {
-        try {
-          f.get();
-          tally.record(tok, ok(), true);
-        } catch (const FutureError& e) {
-          tally.record(tok, e.error(), true);
-        }
-        future_waits.fetch_add(1);
-      }
+      future_waits.fetch_add(futures.size());
+      collect_futures(futures, tally, nullptr, 0);
     });
   }
   for (auto& w : workers) w.join();
@@ -524,25 +528,6 @@ inline bool attach_one(const StreamPoint& p, unsigned kind, ExecutorRef ex, Tall
       await_point_and_record(p, ex, tally, token, marker, expect);
       return true;
   }
-}
-
-/// Collects futures attached by attach_one: get() on each, recorded as reached (get()
-/// returns only after the point's one completion, which follows the marker).
-inline void collect_futures(std::vector<std::pair<std::future<void>, std::size_t>>& futures,
-                            Tally& tally, const std::atomic<std::uint64_t>* marker,
-                            std::uint64_t expect) {
-  for (auto& [f, tok] : futures) {
-    const auto reached = [&] {
-      return marker == nullptr || marker->load(std::memory_order_acquire) >= expect;
-    };
-    try {
-      f.get();
-      tally.record(tok, ok(), reached());
-    } catch (const FutureError& e) {
-      tally.record(tok, e.error(), reached());
-    }
-  }
-  futures.clear();
 }
 
 /// `rounds` points on stream `s`, each marked after a counting host function; `threads`
