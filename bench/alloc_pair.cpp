@@ -12,10 +12,13 @@
 
 #include <xlogrt/runtime.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <numeric>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,12 +143,17 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
       v.run(bytes, pairs);
       v.settle();
     }
-    // Each round starts at the next variant, so that none always follows the same one
-    // (a variant run right after the synchronous cuMemAlloc/cuMemFree pairs pays for
-    // them, and a fixed order handed that cost to one variant).
+    // Each round runs the variants in a fresh random order (fixed seed), so that each
+    // follows every other equally often: a variant run right after another pays for the
+    // state that one leaves the driver in (after the synchronous cuMemAlloc/cuMemFree
+    // pairs, say). Rotating a fixed order is not enough: it keeps who follows whom.
+    std::mt19937 rng(42);
+    std::vector<std::size_t> order(vs.size());
     for (int r = 0; r < rounds; ++r) {
-      for (std::size_t k = 0; k < vs.size(); ++k) {
-        auto& v = vs[(k + static_cast<std::size_t>(r)) % vs.size()];
+      std::iota(order.begin(), order.end(), std::size_t{0});
+      std::shuffle(order.begin(), order.end(), rng);
+      for (const std::size_t k : order) {
+        auto& v = vs[k];
         const double t0 = now_ns();
         v.run(bytes, pairs);
         const double t1 = now_ns();

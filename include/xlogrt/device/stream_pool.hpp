@@ -97,7 +97,7 @@ class StreamPool {
   D& driver() const noexcept { return device_->driver(); }
 
   /// The error get() returns for `id`, for callers that validated with contains().
-  error unknown(StreamId id) const {
+  [[gnu::cold, gnu::noinline]] error unknown(StreamId id) const {
     return error{errc::unknown_stream, "stream " + std::to_string(id.value) +
                                            " is not in the pool of ordinal " +
                                            std::to_string(device_->ordinal()) + " (" +

@@ -19,6 +19,7 @@
 #include "xlogrt/resource/block_tracker.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/detail/request.hpp"
+#include "xlogrt/resource/detail/stripes.hpp"
 
 namespace xlogrt {
 
@@ -46,7 +47,8 @@ struct AsyncCudaOptions {
 ///   latest write, each with the stream it ran on;
 /// - one read per distinct stream since that write.
 /// prepare_block_use(id, s, access) makes s wait for the last write when it ran on
-/// another stream (once per stream and write), and, when `access` writes, for every read
+/// another stream (once per stream and write, for streams 0-31; again each time for
+/// higher ones), and, when `access` writes, for every read
 /// on another stream. finish_block_use(id, s, access) records the use. A use's event is
 /// recorded on its stream at finish — except on the alloc stream A, whose uses are
 /// already ordered before the free: their event is recorded only when another stream
@@ -70,7 +72,8 @@ struct AsyncCudaOptions {
 ///
 /// Thread-safe. Calls on different blocks take different locks; allocations by different
 /// threads use different shards of the block table; the pending counters are per stream
-/// and the live-byte counts per shard. Move-only; a
+/// and the live-byte counts per shard, and each thread counts its queued frees in a row of
+/// its own. Move-only; a
 /// moved-from AsyncCuda may only be destroyed.
 template <Driver D>
 class AsyncCuda {
@@ -100,12 +103,12 @@ class AsyncCuda {
   }
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
-    auto s = detail::check_request(*streams_, bytes, stream);
+    auto s = detail::check_request(*streams_, device_bytes_, bytes, stream);
     if (!s) return std::move(s).error();
     auto& drv = driver();
-    auto ptr = drv.mem_alloc_async(bytes, streams_->device()->mempool(), *s);
+    auto ptr = drv.mem_alloc_async(bytes, pool_, *s);
     if (!ptr) return std::move(ptr).error();
-    auto id = state_->table.insert(*ptr, bytes, Track{stream});
+    auto id = state_->table.insert(*ptr, bytes, [stream](Track& t) noexcept { t.start(stream); });
     if (!id) {
       (void)drv.mem_free_async(*ptr, *s);
       return std::move(id).error();
@@ -125,7 +128,7 @@ class AsyncCuda {
       t.release_events(state_->events);
       // Counted pending before the table stops counting it live: a concurrent
       // bytes_outstanding() may count it twice for a moment, never miss it.
-      state_->pending[b.alloc_stream().value].queued.fetch_add(b.bytes(), std::memory_order_release);
+      state_->count_queued(b.alloc_stream().value, b.bytes());
       return ok();
     });
     if (!r) return r;
@@ -136,7 +139,12 @@ class AsyncCuda {
   std::size_t bytes_outstanding() const noexcept {
     std::size_t sum = state_->table.live_bytes();
     const std::size_t n = streams_->size();
-    for (std::size_t i = 0; i < n; ++i) sum += state_->pending[i].outstanding();
+    for (std::size_t i = 0; i < n; ++i) {
+      // A reap racing this may have retired more than the queued count read here.
+      const std::uint64_t r = state_->retired[i].load(std::memory_order_relaxed);
+      const std::uint64_t q = state_->queued(i, std::memory_order_relaxed);
+      sum += q > r ? static_cast<std::size_t>(q - r) : 0;
+    }
     return sum;
   }
 
@@ -147,22 +155,22 @@ class AsyncCuda {
     if (auto r = make_current(); !r) return r;
     const std::size_t n = streams_->size();
     for (std::size_t i = 0; i < n; ++i) {
-      Pending& p = state_->pending[i];
-      // Acquire pairs with the release fetch_add in deallocate: every free counted in
-      // `seen` was queued before the synchronisation below.
-      const std::uint64_t seen = p.queued.load(std::memory_order_acquire);
-      std::uint64_t done = p.retired.load(std::memory_order_relaxed);
+      // Acquire pairs with count_queued's release: every free counted in `seen` was
+      // queued before the synchronisation below.
+      const std::uint64_t seen = state_->queued(i, std::memory_order_acquire);
+      std::atomic<std::uint64_t>& retired = state_->retired[i];
+      std::uint64_t done = retired.load(std::memory_order_relaxed);
       if (seen == done) continue;
       auto s = streams_->get(StreamId{static_cast<std::uint32_t>(i)});
       if (!s) return std::move(s).error();
       if (auto r = driver().stream_synchronize(*s); !r) return r;
-      while (done < seen && !p.retired.compare_exchange_weak(done, seen, std::memory_order_relaxed)) {
+      while (done < seen && !retired.compare_exchange_weak(done, seen, std::memory_order_relaxed)) {
       }
     }
     return ok();
   }
 
-  std::uint32_t device_ordinal() const noexcept { return streams_->device()->ordinal(); }
+  std::uint32_t device_ordinal() const noexcept { return ordinal_; }
 
   // ---- tracking -------------------------------------------------------------------
 
@@ -216,39 +224,40 @@ class AsyncCuda {
  private:
   /// One use of a block on a stream. `event` is valid (recorded after the use) only
   /// when `recorded`; `has_event` says whether an event object is held for re-recording.
-  struct Use {
-    StreamId stream{};
+  struct Use {  // 16 bytes: the event first, then the rest packed behind it
     event_t event{};
+    StreamId stream{};
     bool has_event = false;
     bool recorded = false;
   };
   struct Track {
     static constexpr std::uint32_t NOT_QUIET = 0xffffffffu;  // no pool has that many streams
-    Track() = default;
-    explicit Track(StreamId alloc) : alloc_stream(alloc), write{alloc}, quiet_stream(alloc.value) {}
-    Track(Track&& o) noexcept { *this = std::move(o); }
-    Track& operator=(Track&& o) noexcept {  // under the slot's lock
-      alloc_stream = o.alloc_stream;
-      write = o.write;
-      reads = std::move(o.reads);
-      spare = std::move(o.spare);
-      waited = o.waited;
-      quiet_stream.store(o.quiet_stream.load(std::memory_order_relaxed), std::memory_order_relaxed);
-      return *this;
+    /// Sets up the entry of a new block on `alloc` (the slot's previous block emptied
+    /// reads and spare, and kept their capacity). Before the slot is published.
+    void start(StreamId alloc) noexcept {
+      alloc_stream = alloc;
+      write = Use{.stream = alloc};
+      waited = 0;
+      quiet_stream.store(alloc.value, std::memory_order_relaxed);
     }
+    // Layout: what a block used on one stream only touches (these first 32 bytes) shares
+    // the slot's first cache line with its tag, lock, pointer and size; the vectors, in
+    // the next line, are read only once `spilled` says they ever held anything.
     StreamId alloc_stream{};
-    Use write{};               // the last write (at first: the allocation, on alloc_stream)
-    std::vector<Use> reads;    // one per distinct stream since that write
-    std::vector<event_t> spare;  // events of ended uses, for the block's next ones
-    std::uint64_t waited = 0;  // streams (ids < 64) that already waited for `write`
     // alloc_stream while the block is quiet (see the class comment), NOT_QUIET otherwise.
-    // Written under the slot's lock after each change of the fields above; read by peek.
+    // Written under the slot's lock after each change of the other fields; read by peek.
     std::atomic<std::uint32_t> quiet_stream{NOT_QUIET};
+    Use write{};                // the last write (at first: the allocation, on alloc_stream)
+    std::uint32_t waited = 0;   // streams (ids < 32) that already waited for `write`
+    bool spilled = false;       // reads or spare hold (or held) something for this block
+    std::vector<Use> reads;     // one per distinct stream since that write
+    std::vector<event_t> spare;  // events of ended uses, for the block's next ones
 
     /// Whether a use on alloc_stream would change nothing: the last write and every read
     /// since are lazy uses on alloc_stream, and no stream waited for them.
     bool quiet() const noexcept {
       if (write.stream != alloc_stream || write.recorded || waited != 0) return false;
+      if (!spilled) return true;
       for (const Use& r : reads) {
         if (r.stream != alloc_stream || r.recorded) return false;
       }
@@ -259,9 +268,9 @@ class AsyncCuda {
       quiet_stream.store(quiet() ? alloc_stream.value : NOT_QUIET, std::memory_order_release);
     }
 
-    bool write_waited(StreamId s) const noexcept { return s.value < 64 && (waited >> s.value & 1u); }
+    bool write_waited(StreamId s) const noexcept { return s.value < 32 && (waited >> s.value & 1u); }
     void mark_write_waited(StreamId s) noexcept {
-      if (s.value < 64) waited |= std::uint64_t{1} << s.value;
+      if (s.value < 32) waited |= std::uint32_t{1} << s.value;
     }
     /// Calls f(Use&) for each use on a stream other than the alloc stream (what the free
     /// must wait for), stopping at the first error.
@@ -270,6 +279,7 @@ class AsyncCuda {
       if (write.stream != alloc_stream) {
         if (auto r = f(write); !r) return r;
       }
+      if (!spilled) return ok();
       for (Use& r : reads) {
         if (r.stream == alloc_stream) continue;
         if (auto e = f(r); !e) return e;
@@ -281,6 +291,7 @@ class AsyncCuda {
     void keep(const Use& u, EventPool<D>& pool) noexcept {
       if (!u.has_event) return;
       try {
+        spilled = true;
         spare.push_back(u.event);
       } catch (...) {
         pool.release(u.event);
@@ -288,36 +299,60 @@ class AsyncCuda {
     }
     void release_events(EventPool<D>& pool) noexcept {
       if (write.has_event) pool.release(write.event);
+      write = Use{};
+      if (!spilled) return;
       for (Use& r : reads) {
         if (r.has_event) pool.release(r.event);
       }
       for (event_t e : spare) pool.release(e);
-      write = Use{};
       reads.clear();
       spare.clear();
+      spilled = false;
     }
   };
-  /// A stream's queued frees, as two monotonic byte counts: queued (raised by deallocate)
-  /// and retired (raised by reap_pending to a `queued` value it saw before synchronising).
-  struct alignas(64) Pending {
-    std::atomic<std::uint64_t> queued{0};
-    std::atomic<std::uint64_t> retired{0};
-    std::size_t outstanding() const noexcept {
-      const std::uint64_t r = retired.load(std::memory_order_relaxed);
-      const std::uint64_t q = queued.load(std::memory_order_relaxed);
-      return q > r ? static_cast<std::size_t>(q - r) : 0;  // a racing reap may pass a stale q
-    }
+  static constexpr std::size_t MAX_STREAMS = StreamPool<D>::MAX_STREAMS;
+  /// Bytes of the frees one thread queued on each stream (a monotonic count).
+  struct alignas(detail::STRIPE_ALIGN) QueuedRow {
+    std::array<std::atomic<std::uint64_t>, MAX_STREAMS> bytes{};
   };
+  /// Rows of queued bytes: one per thread whose ticket is below OWNED_ROWS (written
+  /// with a plain load and store, no read-modify-write), the last shared by the rest.
+  static constexpr std::uint32_t OWNED_ROWS = 31;
+
+  /// A stream's queued frees are two monotonic byte counts: queued (the sum of the rows,
+  /// raised by deallocate) and retired (raised by reap_pending to a queued sum it read
+  /// before synchronising).
   struct State {
     explicit State(std::shared_ptr<Device<D>> dev) : events(std::move(dev)) {}
     BlockTable<Track> table;
     EventPool<D> events;
-    std::array<Pending, StreamPool<D>::MAX_STREAMS> pending{};
+    std::array<QueuedRow, OWNED_ROWS + 1> rows{};
+    std::array<std::atomic<std::uint64_t>, MAX_STREAMS> retired{};
+
+    /// Release: pairs with reap_pending's acquire (the free was queued before this).
+    void count_queued(std::uint32_t stream, std::uint64_t bytes) noexcept {
+      const std::uint32_t row = detail::owned_slot(OWNED_ROWS);
+      std::atomic<std::uint64_t>& c = rows[row].bytes[stream];
+      if (row < OWNED_ROWS) {
+        c.store(c.load(std::memory_order_relaxed) + bytes, std::memory_order_release);
+      } else {
+        c.fetch_add(bytes, std::memory_order_release);
+      }
+    }
+    /// The bytes queued on `stream` so far, by every thread.
+    std::uint64_t queued(std::size_t stream, std::memory_order order) const noexcept {
+      std::uint64_t sum = 0;
+      for (const QueuedRow& r : rows) sum += r.bytes[stream].load(order);
+      return sum;
+    }
   };
 
   explicit AsyncCuda(std::shared_ptr<StreamPool<D>> streams)
       : streams_(std::move(streams)),
-        state_(std::make_unique<State>(streams_->device())) {}
+        state_(std::make_unique<State>(streams_->device())),
+        pool_(streams_->device()->mempool()),
+        device_bytes_(streams_->device()->info().total_bytes),
+        ordinal_(streams_->device()->ordinal()) {}
 
   /// Whether a use of `id` on `use` is on the alloc stream of a quiet block (no lock).
   bool quiet_on(BlockId id, StreamId use) const noexcept {
@@ -375,7 +410,7 @@ class AsyncCuda {
     return tracked(id, block, [&](Track& t) -> result<void> {
       if (writes(access)) {
         const bool same = t.write.stream == use;
-        Use next = same ? t.write : Use{use};
+        Use next = same ? t.write : Use{.stream = use};
         if (auto n = note_use(t, next); !n) {
           if (!same) t.keep(next, state_->events);
           return n;
@@ -390,12 +425,13 @@ class AsyncCuda {
       for (Use& rd : t.reads) {
         if (rd.stream == use) return note_use(t, rd);
       }
-      Use fresh{use};
+      Use fresh{.stream = use};
       if (auto n = note_use(t, fresh); !n) {
         t.keep(fresh, state_->events);
         return n;
       }
       try {
+        t.spilled = true;
         t.reads.push_back(fresh);
       } catch (...) {
         t.keep(fresh, state_->events);
@@ -407,6 +443,11 @@ class AsyncCuda {
 
   std::shared_ptr<StreamPool<D>> streams_;
   std::unique_ptr<State> state_;
+  // Fixed for the device's life and read by every allocate and deallocate: copies here
+  // keep those on this object's line instead of the device's.
+  typename D::mempool_t pool_{};
+  std::size_t device_bytes_ = 0;
+  std::uint32_t ordinal_ = 0;
 };
 
 }  // namespace xlogrt

@@ -40,6 +40,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -94,12 +95,15 @@ class BlockTable {
     return sum;
   }
 
-  /// Stores `e` (for a block of `ptr` and `bytes`) and returns its new id.
-  /// Errors: out_of_memory (host memory, or the shard is full).
-  result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Entry e) noexcept {
+  /// Stores a block of `ptr` and `bytes` and returns its new id. `init` is the entry: an
+  /// Entry to move in, or a `noexcept` callable that sets up the slot's entry in place
+  /// (`init(Entry&)`; the entry holds whatever the slot's previous block left in it, see
+  /// erase_if). Errors: out_of_memory (host memory, or the shard is full).
+  template <class Init>
+  result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Init&& init) noexcept {
     const std::uint32_t sh = home_shard();
     Shard& s = shards_[sh];
-    std::uint32_t local;
+    std::uint32_t local = 0;
     if (sh < OWNED) {
       if (s.local.empty() && s.has_remote.load(std::memory_order_acquire)) {
         std::lock_guard lock(s.mu);
@@ -121,7 +125,12 @@ class BlockTable {
     const std::uint32_t gen = generation(slot.tag.load(std::memory_order_relaxed));
     slot.ptr = ptr;
     slot.bytes = bytes;
-    slot.entry = std::move(e);
+    if constexpr (std::is_nothrow_invocable_v<Init&, Entry&>) {
+      init(slot.entry);
+    } else {
+      static_assert(std::is_nothrow_assignable_v<Entry&, Init&&>, "init: an Entry, or noexcept init(Entry&)");
+      slot.entry = std::forward<Init>(init);
+    }
     slot.tag.store(tag_of(gen, true), std::memory_order_release);
     return BlockId{owner_, (local << SHARD_BITS) | sh, gen};
   }
@@ -156,6 +165,9 @@ class BlockTable {
   /// Removes the live block `id` after `f(Entry&)` returns success; on f's failure the
   /// block stays live and f's error is returned. f runs under the block's lock (which no
   /// other block shares, so the driver calls of a free hold up only uses of that block).
+  /// The entry itself stays in the slot, for the next insert to set up again (so the
+  /// storage it owns, such as a vector's capacity, is reused rather than freed and made
+  /// anew); f lets go of what the block held.
   template <class F>
   result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
     Slot* slot;
@@ -163,7 +175,6 @@ class BlockTable {
     if (auto e = find(id, Lookup::free, block, slot, lock); e) return std::move(*e);
     if (result<void> r = f(slot->entry); !r) return r;
     const std::size_t bytes = slot->bytes;
-    slot->entry = Entry{};
     slot->tag.store(tag_of(id.generation + 1, false), std::memory_order_release);
     lock.unlock();
     // Back to its shard's free lists (whose capacity was reserved when the slot was made).
@@ -293,38 +304,51 @@ class BlockTable {
   /// The calling thread's shard: its own while its ticket is below OWNED, else the shared one.
   static std::uint32_t home_shard() noexcept { return detail::owned_slot(OWNED); }
 
-  /// The slot `id` names, or nullptr when no such slot has been made.
+  /// The slot `id` names, or nullptr when its chunk has not been made. A slot of a made
+  /// chunk that the shard has not handed out yet reads as dead (tag 0), so lookups refuse
+  /// it without reading `used`, a line of its own (lookup_error tells the two apart).
   const Slot* slot_of(BlockId id) const noexcept {
     const Shard& s = shards_[id.index & (SHARDS - 1)];
-    const std::uint32_t local = id.index >> SHARD_BITS;
-    if (local >= s.used.load(std::memory_order_acquire)) return nullptr;
-    return s.at(local);
+    const auto [k, off] = locate(id.index >> SHARD_BITS);
+    const Slot* chunk = s.chunks[k].load(std::memory_order_acquire);
+    return chunk == nullptr ? nullptr : chunk + off;
   }
 
+  /// Finds and locks the live slot of `id`; on failure returns why, with nothing locked
+  /// that the caller must release (the lock object unlocks what it holds).
   std::optional<error> find(BlockId id, Lookup why, const DeviceBlock* block, Slot*& slot,
                             std::unique_lock<detail::SpinLock>& lock) noexcept {
+    if (id.owner != owner_) [[unlikely]] return lookup_error(id, why, nullptr);
+    slot = const_cast<Slot*>(slot_of(id));
+    if (slot == nullptr) [[unlikely]] return lookup_error(id, why, nullptr);
+    lock = std::unique_lock(slot->mu);
+    // Acquire: pairs with insert's release store (insert fills a free slot without its lock).
+    if (slot->tag.load(std::memory_order_acquire) != tag_of(id.generation, true) ||
+        (block && (block->ptr() != slot->ptr || block->bytes() != slot->bytes))) [[unlikely]] {
+      return lookup_error(id, why, slot);
+    }
+    return std::nullopt;
+  }
+
+  /// Why find() refused `id` (`slot`: the slot it names, locked; null when there is none).
+  [[gnu::cold, gnu::noinline]] error lookup_error(BlockId id, Lookup why, const Slot* slot) const {
     if (id.owner != owner_) {
       return error{errc::foreign_block, "block " + id.to_string() +
                                             " was not allocated by this resource (owner " +
                                             std::to_string(owner_) + ")"};
     }
-    slot = const_cast<Slot*>(slot_of(id));
-    if (slot == nullptr) {
+    const Shard& s = shards_[id.index & (SHARDS - 1)];
+    if (slot == nullptr || (id.index >> SHARD_BITS) >= s.used.load(std::memory_order_acquire)) {
       return error{errc::foreign_block, "block " + id.to_string() + " names no slot of this resource"};
     }
-    lock = std::unique_lock(slot->mu);
-    // Acquire: pairs with insert's release store (insert fills a free slot without its lock).
     if (slot->tag.load(std::memory_order_acquire) != tag_of(id.generation, true)) {
       if (why == Lookup::free) {
         return error{errc::double_free, "block " + id.to_string() + " was already freed"};
       }
       return error{errc::stale_block, "block " + id.to_string() + " has been freed; its id is stale"};
     }
-    if (block && (block->ptr() != slot->ptr || block->bytes() != slot->bytes)) {
-      return error{errc::foreign_block, "block " + id.to_string() +
-                                            " does not match the allocation of that id (pointer or size differs)"};
-    }
-    return std::nullopt;
+    return error{errc::foreign_block, "block " + id.to_string() +
+                                          " does not match the allocation of that id (pointer or size differs)"};
   }
 
   std::uint32_t owner_;

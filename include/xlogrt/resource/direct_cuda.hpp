@@ -36,7 +36,7 @@ class DirectCuda {
         state_(std::make_unique<State>()) {}
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
-    auto s = detail::check_request(*streams_, bytes, stream);
+    auto s = detail::check_request(*streams_, streams_->device()->info().total_bytes, bytes, stream);
     if (!s) return std::move(s).error();
     if (auto r = make_current(); !r) return std::move(r).error();
     auto& drv = driver();
