@@ -153,6 +153,42 @@ TEST_CASE("claim signals exhaustion, and a retired slot restores capacity", "[re
   CHECK_FALSE(table.claim().has_value());
 }
 
+TEST_CASE("fresh reports each armed slot once while pending, and again once re-armed",
+          "[reactor][slot]") {
+  SlotTable<std::size_t> table(2, HostFlags(2));
+  std::vector<std::size_t> fresh;
+  auto note = [&fresh](std::size_t s) noexcept { fresh.push_back(s); };
+  std::vector<std::size_t> woken;
+  const auto a = table.claim();
+  const auto b = table.claim();
+  REQUIRE((a && b));
+  table.reset_flag(*a);
+  table.reset_flag(*b);
+  CHECK(table.publish(*a, 1));
+  CHECK(table.scan_once(woken, note));  // a pending: fresh
+  CHECK_FALSE(table.publish(*b, 2));
+  CHECK(table.scan_once(woken, note));  // b pending: fresh; a not again
+  CHECK(fresh == std::vector<std::size_t>{*a, *b});
+
+  complete(table, *a);
+  CHECK(table.scan_once(woken, note));  // a retired, b still pending and not fresh
+  CHECK(woken == std::vector<std::size_t>{1});
+  CHECK(fresh.size() == 2);
+
+  const auto again = table.claim();  // the recycled slot, armed again: fresh again
+  REQUIRE(again == a);
+  table.reset_flag(*again);
+  CHECK_FALSE(table.publish(*again, 3));
+  CHECK(table.scan_once(woken, note));
+  CHECK(fresh == std::vector<std::size_t>{*a, *b, *a});
+
+  complete(table, *a);
+  complete(table, *b);
+  CHECK_FALSE(table.scan_once(woken, note));  // done at first sight: never fresh
+  CHECK(woken == std::vector<std::size_t>{1, 3, 2});  // a word retires in slot order
+  CHECK(fresh.size() == 3);
+}
+
 TEST_CASE("release gives back an unpublished slot; misuse is refused and changes nothing",
           "[reactor][slot]") {
   SlotTable<int> table(3, HostFlags(3));

@@ -12,6 +12,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <future>
+#include <string>
+#include <thread>
 
 #include "scenarios.hpp"
 #include "xlogrt/driver/cuda_driver.hpp"
@@ -112,6 +115,36 @@ TEST_CASE("gpu: a point on the host-function path", "[gpu][point]") {
 TEST_CASE("gpu: destroying the reactor cancels the waiters of an armed point", "[gpu][point]") {
   Rig<CudaDriver> rig(*g_driver, options());
   point_cancelled_by_shutdown(rig, 200);
+}
+
+// arm() makes no context current: the flag write and the host function name a stream,
+// which carries its context. Arms from a thread that has never had a context, on both
+// paths, and sees every wait complete.
+TEST_CASE("gpu: a thread with no current context arms waits on both paths", "[gpu][context]") {
+  for (const bool flags : {true, false}) {
+    ReactorOptions o = options();
+    o.flag_writes = flags;
+    Rig<CudaDriver> rig(*g_driver, o);
+    REQUIRE(rig.reactor->uses_flag_writes() == flags);
+    bool no_context = false;
+    int completed = 0;
+    std::string why;
+    std::thread fresh([&] {
+      CUcontext c = nullptr;
+      no_context = g_driver->api().cuCtxGetCurrent_(&c) == CUDA_SUCCESS && c == nullptr;
+      for (std::uint32_t s = 0; s < 4; ++s) {
+        auto f = rig.reactor->when_done_future(StreamId{s});
+        if (!f) return void(why = f.error().what());
+        if (f->wait_for(10s) != std::future_status::ready) return void(why = "a wait did not complete");
+        f->get();
+        ++completed;
+      }
+    });
+    fresh.join();
+    INFO((flags ? "flag writes: " : "host functions: ") << why);
+    CHECK(no_context);
+    CHECK(completed == 4);
+  }
 }
 
 int main(int argc, char** argv) { return xlogrt::testing::run_gpu_tests(argc, argv, g_driver); }

@@ -113,6 +113,7 @@ class [[nodiscard]] WhenDone : detail::CoroutineWaiter {
   bool await_suspend(std::coroutine_handle<> h) noexcept {
     static_assert(WaiterArming<R>, "WhenDone<R> needs R::arm(StreamId, detail::ReactorWaiter&)");
     handle_ = h;
+    warm_ = h.address();
     auto armed = reactor_->arm(target_, *this);
     if (armed) return true;  // from here on, *this belongs to the reactor: touch nothing
     outcome_ = std::move(armed);

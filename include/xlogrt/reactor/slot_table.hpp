@@ -87,6 +87,7 @@
 
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/reactor/atomics.hpp"
+#include "xlogrt/reactor/detail/prefetch.hpp"
 #include "xlogrt/reactor/detail/slot_protocol.hpp"
 #include "xlogrt/reactor/flags.hpp"
 
@@ -117,6 +118,10 @@ class SlotTable {
   static_assert(Protocol::summary_bits >= 1 && Protocol::summary_bits <= 64);
 
  public:
+  /// scan_once's default `fresh`: nothing to warm.
+  struct NoFresh {
+    void operator()(std::size_t) const noexcept {}
+  };
   using payload_type = Payload;
   using flags_type = Flags;
   using atomics_type = Atomics;
@@ -128,7 +133,8 @@ class SlotTable {
         n_words_((capacity_ + BITS - 1) / BITS),
         group_shift_(group_shift_for(n_words_)),
         words_(n_words_ == 0 ? nullptr : new Word[n_words_]),
-        cells_(capacity_ == 0 ? nullptr : new cell_t[capacity_]) {
+        cells_(capacity_ == 0 ? nullptr : new cell_t[capacity_]),
+        seen_(n_words_ == 0 ? nullptr : new word_t[n_words_]()) {
     for (std::size_t w = 0; w < n_words_; ++w) {
       const std::size_t in_word = std::min(BITS, capacity_ - w * BITS);
       words_[w].free.store(in_word == BITS ? ~word_t{0} : (word_t{1} << in_word) - 1,
@@ -240,10 +246,18 @@ class SlotTable {
   /// One scan pass: every armed slot whose flag reads non-zero is retired, its payload
   /// appended to `woken` and the slot recycled. Returns whether the pass left any slot
   /// armed (seen armed with its flag still 0, or published while the pass ran).
+  ///
+  /// Warming. The first time the scans find a slot armed and not yet done, the scanner
+  /// pulls into its cache the lines that retiring the slot will touch (its payload cell
+  /// for reading, its word and the summary for writing), and calls `fresh(slot)`, which
+  /// may warm the caller's own (the payload's target, say). A completion then waits on no
+  /// line the registrant wrote but its flag. Prefetches only: no protocol order changes.
+  ///
   /// Throws only std::bad_alloc when `woken` cannot grow; slots retired before that are
   /// in `woken`, and the others stay armed for the next pass.
   /// @pre no other thread is in scan_once().
-  bool scan_once(std::vector<Payload>& woken) {
+  template <class Fresh = NoFresh>
+  bool scan_once(std::vector<Payload>& woken, Fresh&& fresh = {}) {
     word_t groups = summary_.value.load(std::memory_order_acquire);
     word_t emptied = 0;
     bool left_armed = false;
@@ -253,7 +267,7 @@ class SlotTable {
       bool group_empty = true;
       const std::size_t end = std::min(n_words_, (g + 1) << group_shift_);
       for (std::size_t w = g << group_shift_; w < end; ++w) {
-        if (retire_word(w, woken) != 0) group_empty = false;
+        if (retire_word(w, woken, fresh) != 0) group_empty = false;
       }
       if (group_empty) {
         emptied |= word_t{1} << g;
@@ -323,10 +337,10 @@ class SlotTable {
   }
 
   /// Retires the completed slots of word `w`; returns the bits it leaves armed.
-  word_t retire_word(std::size_t w, std::vector<Payload>& woken) {
+  template <class Fresh>
+  word_t retire_word(std::size_t w, std::vector<Payload>& woken, Fresh& fresh) {
     Word& word = words_[w];
     const word_t armed = word.active.load(Protocol::scan);
-    if (armed == 0) return 0;
     word_t done = 0;
     for (word_t b = armed; b != 0; b &= b - 1) {
       const word_t bit = b & (~b + 1);
@@ -334,6 +348,16 @@ class SlotTable {
         done |= bit;
       }
     }
+    if (const word_t pending = armed & ~done; (pending & ~seen_[w]) != 0) {
+      for (word_t b = pending & ~seen_[w]; b != 0; b &= b - 1) {
+        const std::size_t slot = slot_of(w, b & (~b + 1));
+        detail::prefetch_read(&cells_[slot]);
+        fresh(slot);
+      }
+      detail::prefetch_write(&word);
+      detail::prefetch_write(&summary_);
+    }
+    seen_[w] = armed & ~done;  // a slot retired and armed again is fresh again
     if (done == 0) return armed;
     reserve_more(woken, static_cast<std::size_t>(std::popcount(done)));
     if constexpr (Protocol::take_before_recycle) take_all(w, done, woken);
@@ -355,6 +379,7 @@ class SlotTable {
   unsigned group_shift_;
   std::unique_ptr<Word[]> words_;
   std::unique_ptr<cell_t[]> cells_;
+  std::unique_ptr<word_t[]> seen_;  // the scanner's: armed slots already given to `fresh`
   Summary summary_;
 };
 

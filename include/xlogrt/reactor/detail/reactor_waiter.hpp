@@ -41,6 +41,9 @@ struct ReactorWaiter {
   std::uint32_t stream_ = 0;       ///< StreamId value, set by arm()
   std::uint32_t slot_ = 0;         ///< completion slot, when armed with a flag write
   bool faulted_ = false;           ///< the scanner found the stream faulted (scanner only)
+  /// A line the completion will touch beyond the node (a coroutine's frame): the scanner
+  /// prefetches it while the wait is armed. Null when there is none.
+  const void* warm_ = nullptr;
 };
 
 /// A heap waiter that calls `fn(result<void>)` once and deletes itself.
