@@ -78,6 +78,22 @@ struct Raw<CudaDriver> {
   }
 };
 
+/// Spins for `n` iterations of a loop the optimiser cannot remove.
+void busy(long n) {
+  for (volatile long i = 0; i < n; i = i + 1) {
+  }
+}
+/// Iterations of busy() that take about `ns` nanoseconds here.
+long calibrate_busy(double ns) {
+  constexpr long N = 50'000'000;
+  const double t0 = now_ns();
+  busy(N);
+  const double per = (now_ns() - t0) / N;
+  std::printf("# host work: busy loop of %.2f ns per iteration, %ld iterations ~ %.0f ns\n\n", per,
+              std::max(1L, static_cast<long>(ns / per)), std::max(1L, static_cast<long>(ns / per)) * per);
+  return std::max(1L, static_cast<long>(ns / per));
+}
+
 /// Failed allocate+deallocate pairs of the wrappers (a failure is fast: any makes the
 /// figures void, and the bench says so).
 std::atomic<long> wrapper_failures{0};
@@ -174,10 +190,13 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
   // Scaling: T threads, each allocating and freeing 64 KiB on its own stream. The raw,
   // AsyncCuda and "raw + host work" runs alternate, REPS times each, and each reports its
   // median rate: the driver's own throughput under contention moves from run to run. The
-  // third variant is the raw pair plus ~50 ns of busy host work between the two calls (two
-  // clock reads and a loop): how much the driver's rate itself moves when its caller
-  // spends a little time of its own, as any wrapper does.
+  // third variant is the raw pair plus ~50 ns of busy host work between the two calls:
+  // how much the driver's rate itself moves when its caller spends a little time of its
+  // own, as any wrapper does.
   constexpr int REPS = 7;
+  // The host work is a calibrated loop, not a clock: a clock read alone can cost more
+  // than 50 ns (72 ns on some VMs), which made an earlier "50 ns" of work about 200.
+  const long work_50ns = calibrate_busy(50.0);
   std::printf("## threads, each on its own stream, 64 KiB pairs: aggregate pairs per second "
               "(median of %d alternating runs each)\n\n"
               "| threads | raw async pairs/s | AsyncCuda pairs/s | ratio | raw + ~50 ns host work pairs/s | its ratio to raw |\n"
@@ -203,8 +222,7 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
               pair_of(*async, 64 << 10, sid, AllocTag{});
             } else {
               const std::uint64_t p = raw.alloc_async(64 << 10, pool, s);
-              for (const double w0 = now_ns(); now_ns() - w0 < 50;) {
-              }
+              busy(work_50ns);
               raw.free_async(p, s);
             }
           }

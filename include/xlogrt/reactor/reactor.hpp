@@ -509,8 +509,11 @@ class Reactor {
     detail::prefetch_write(&slot_waiter_[slot]);
     // Acquire: pairs with arm()'s release store, so the waiter's fields may be read.
     if (const detail::ReactorWaiter* w = slot_waiter_[slot].load(std::memory_order_acquire)) {
-      detail::prefetch_write(w);
-      detail::prefetch_read(w->warm_);
+      // A node spans up to 3 lines (an awaiter's holds its outcome), a frame a few more.
+      for (int line = 0; line < 3; ++line) {
+        detail::prefetch_write(reinterpret_cast<const char*>(w) + 64 * line);
+        if (w->warm_ != nullptr) detail::prefetch_read(static_cast<const char*>(w->warm_) + 64 * line);
+      }
     }
   }
 
