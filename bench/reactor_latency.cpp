@@ -28,6 +28,8 @@
 // (Before, the callback row was always the first reactor wait after the gap and the
 // coroutine row always came right after it, which charged the scanner's idle phases to
 // the callback alone.)
+// The "enqueued by" column is when the wait's last enqueue (the flag write, the host
+// function) had returned, from the same start: the host's share of the latency.
 // Then the scanner's idle policy (ping-pong round trips of a host thread that awaits a
 // future and enqueues the next operation, for several spin budgets), fan-out (8 waiters
 // of one StreamPoint against 8 separate waits), throughput with 1,024 waits in flight
@@ -192,6 +194,7 @@ struct Bench {
     std::vector<double> lat[N];
     for (auto& v : lat) v.reserve(rounds);
     std::uint64_t woken[N] = {};  // samples whose arm woke a parked scanner
+    std::vector<double> armed_at[N];  // from t0 to the return of the wait's last enqueue
 
     // The event poller: a thread of its own, as a polling engine would have.
     std::atomic<int> poll_go{0};
@@ -227,7 +230,7 @@ struct Bench {
                                 R_HOSTFN, HOST_FUNC, EV_POLL, EV_SYNC, STREAM_SYNC};
       for (const int v : order) {
         st.reset();
-        Clock::time_point t0, t1;
+        Clock::time_point t0, t1, ta{};  // ta: the wait's last enqueue returned
         // Only the idle-gap rows count wake-ups: reading the counters pulls the scanner's
         // counter line to this core, which the next completion then waits for.
         const bool idle_row = v == R_CB_IDLE || v == R_CORO_IDLE;
@@ -238,6 +241,7 @@ struct Bench {
             t0 = Clock::now();
             op(1, 1);
             if (!d.stream_write_value32(stream(1), flags->device_address(0), seq)) std::abort();
+            ta = Clock::now();
             while (StdAtomics::load_flag(flag, std::memory_order_acquire) != seq) pause_cpu();
             t1 = Clock::now();
             break;
@@ -247,6 +251,7 @@ struct Bench {
             t0 = Clock::now();
             op(0, 2);
             if (!reactor_flags->on_done(StreamId{0}, [&st](result<void>) { st.mark(); })) std::abort();
+            ta = Clock::now();
             t1 = st.wait();
             break;
           case R_CORO:
@@ -254,6 +259,7 @@ struct Bench {
             t0 = Clock::now();
             op(0, 3);
             co_stamp(*reactor_flags, StreamId{0}, st);
+            ta = Clock::now();
             t1 = st.wait();
             break;
           case R_HOSTFN:
@@ -266,6 +272,7 @@ struct Bench {
             t0 = Clock::now();
             op(1, 5);
             if (!d.launch_host_func(stream(1), &stamp_host_fn, &st)) std::abort();
+            ta = Clock::now();
             t1 = st.wait();
             break;
           case EV_POLL:
@@ -292,6 +299,7 @@ struct Bench {
         }
         if (keep) {
           lat[v].push_back(ns_since(t0, t1));
+          if (ta != Clock::time_point{}) armed_at[v].push_back(ns_since(t0, ta));
           if (idle_row && reactor_flags->counters().wakeups != wakeups0) ++woken[v];
         }
         // Let both streams drain fully so that the next variant starts on idle streams.
@@ -305,14 +313,16 @@ struct Bench {
     std::printf("\n## Latency: stream reaches the point -> the waiter runs (idle stream, %u rounds)\n\n",
                 rounds);
     std::printf("| variant | samples | median us | p99 us | median / floor | p99 / floor p99 "
-                "| woken |\n");
-    std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+                "| woken | enqueued by, median us |\n");
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int v = 0; v < N; ++v) {
       const Stats s = stats(lat[v]);
       const bool idle_row = v == R_CB_IDLE || v == R_CORO_IDLE;
-      std::printf("| %s | %zu | %.2f | %.2f | %.2fx | %.2fx | %s |\n", names[v], lat[v].size(),
+      char enq[16] = "";
+      if (!armed_at[v].empty()) std::snprintf(enq, sizeof enq, "%.2f", stats(armed_at[v]).median / 1e3);
+      std::printf("| %s | %zu | %.2f | %.2f | %.2fx | %.2fx | %s | %s |\n", names[v], lat[v].size(),
                   s.median / 1e3, s.p99 / 1e3, s.median / floor.median, s.p99 / floor.p99,
-                  idle_row ? std::to_string(woken[v]).c_str() : "");
+                  idle_row ? std::to_string(woken[v]).c_str() : "", enq);
     }
     const Stats hf = stats(lat[HOST_FUNC]);
     for (const int v : {R_CB, R_CORO}) {
