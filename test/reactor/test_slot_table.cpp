@@ -189,24 +189,6 @@ TEST_CASE("fresh reports each armed slot once while pending, and again once re-a
   CHECK(fresh.size() == 3);
 }
 
-TEST_CASE("claim_spare takes no slot from a home word running low", "[reactor][slot]") {
-  SlotTable<std::size_t> table(64, HostFlags(64));  // one word: every thread's home
-  std::vector<std::size_t> taken;
-  for (int i = 0; i < 56; ++i) {
-    const auto s = table.claim_spare(8);
-    REQUIRE(s.has_value());
-    taken.push_back(*s);
-  }
-  CHECK_FALSE(table.claim_spare(9));  // 8 free left
-  const auto last_spare = table.claim_spare(8);
-  REQUIRE(last_spare.has_value());
-  CHECK_FALSE(table.claim_spare(8));  // 7 free: kept for claims that need one now
-  for (int i = 0; i < 7; ++i) CHECK(table.claim().has_value());
-  CHECK_FALSE(table.claim().has_value());
-  REQUIRE(table.release(*last_spare).has_value());
-  CHECK(table.claim_spare(1) == last_spare);
-}
-
 TEST_CASE("release gives back an unpublished slot; misuse is refused and changes nothing",
           "[reactor][slot]") {
   SlotTable<int> table(3, HostFlags(3));

@@ -89,7 +89,6 @@
 #include <sys/prctl.h>
 #endif
 
-#include "xlogrt/core/detail/stripes.hpp"
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/device/device.hpp"
@@ -297,8 +296,8 @@ class Reactor {
     w.stream_ = stream.value;
     w.faulted_ = false;
     if (table_) {
-      const std::uint32_t ticket = detail::owned_slot(SPARES);
-      if (auto slot = take_slot(ticket)) {
+      if (auto slot = table_->claim()) {
+        table_->reset_flag(*slot);
         auto r = driver_->stream_write_value32(*s, table_->flags().device_address(*slot), 1);
         if (!r) [[unlikely]] {
           (void)table_->release(*slot);
@@ -309,7 +308,6 @@ class Reactor {
         slot_waiter_[*slot].store(&w, std::memory_order_release);
         armed_.add();
         if (table_->publish(*slot, &w)) wake();
-        refill_spare(ticket);
         return ok();
       }
     }
@@ -373,7 +371,6 @@ class Reactor {
         table_.emplace(options_.slots, std::move(*flags));
         slot_waiter_ = std::make_unique<std::atomic<detail::ReactorWaiter*>[]>(options_.slots);
         woken_.reserve(options_.slots);
-        spares_ = std::make_unique<Spare[]>(SPARES);
       }
     } catch (const std::bad_alloc&) {
       return error{errc::out_of_memory, "host allocation of the reactor's tables failed (" +
@@ -386,30 +383,6 @@ class Reactor {
                                                    "started: ") + e.what()};
     }
     return ok();
-  }
-
-  /// A claimed slot with its flag reset, for the calling thread (`ticket`: its
-  /// detail::owned_slot(SPARES)): its spare, else a fresh claim; nullopt when the table
-  /// has none free.
-  std::optional<std::size_t> take_slot(std::uint32_t ticket) noexcept {
-    if (ticket < SPARES) {
-      if (const std::uint32_t spare = std::exchange(spares_[ticket].slot, NO_SPARE); spare != NO_SPARE) {
-        return spare;
-      }
-    }
-    auto slot = table_->claim();
-    if (slot) table_->reset_flag(*slot);
-    return slot;
-  }
-
-  /// After an arm's flag write is enqueued: claims and resets the calling thread's next
-  /// slot, so that its next arm enqueues at once (see spares_).
-  void refill_spare(std::uint32_t ticket) noexcept {
-    if (ticket >= SPARES) return;
-    if (auto slot = table_->claim_spare(SPARE_MIN_FREE)) {
-      table_->reset_flag(*slot);
-      spares_[ticket].slot = static_cast<std::uint32_t>(*slot);
-    }
   }
 
   error arm_failure(error e, StreamId stream) const {
@@ -669,25 +642,6 @@ class Reactor {
   std::optional<Table> table_;
   std::unique_ptr<std::atomic<detail::ReactorWaiter*>[]> slot_waiter_;
   std::vector<detail::ReactorWaiter*> woken_;  // the scanner's
-  // Spare slots. Claiming a slot is a read-modify-write on a bitmap line that the scanner
-  // polls, and resetting its flag a store to a line it polls too: measured on the H200,
-  // about 300 ns of cross-core traffic, on the path from arming to the flag write's
-  // enqueue, where every nanosecond adds to the wait. So each thread with a ticket below
-  // SPARES claims and resets its next slot right after enqueueing a flag write, and its
-  // next arm enqueues at once. Only the ticket's holder touches its entry (tickets pass
-  // between threads with release/acquire); a spare is a claimed, unpublished slot, so it
-  // never delays parking and the table's destructor needs nothing back. A spare is
-  // taken only from a thread's home word with at least SPARE_MIN_FREE free slots: with
-  // every slot in flight, spares would hoard the few that come back and push other
-  // arms onto host functions (measured: 194 fallbacks in 200,000 re-arms at 1,024 in
-  // flight on 1,024 slots, before this rule).
-  static constexpr std::uint32_t SPARES = 31;
-  static constexpr unsigned SPARE_MIN_FREE = 8;
-  static constexpr std::uint32_t NO_SPARE = 0xffffffffu;
-  struct alignas(64) Spare {
-    std::uint32_t slot = NO_SPARE;
-  };
-  std::unique_ptr<Spare[]> spares_;
   std::shared_ptr<detail::FallbackHub> hub_;
 
   // Faults: written once per stream by the scanner, read by arm().

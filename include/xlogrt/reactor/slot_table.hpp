@@ -162,20 +162,31 @@ class SlotTable {
   /// search: see "Limits" above). Lock-free.
   std::optional<std::size_t> claim() noexcept {
     if (n_words_ == 0) return std::nullopt;
-    std::size_t w = home_word();
+    std::size_t w = static_cast<std::size_t>(
+        (static_cast<std::uint64_t>(Atomics::thread_hint()) * n_words_) >> 32);
     for (std::size_t tried = 0; tried < n_words_; ++tried) {
-      if (auto slot = claim_in(w, 1)) return slot;
+      auto& free = words_[w].free;
+      if constexpr (Protocol::claim_by_rmw) {
+        // The load only picks a bit to try; the fetch_and decides, and its old value is
+        // the fresh state to try again with.
+        word_t seen = free.load(std::memory_order_relaxed);
+        while (seen != 0) {
+          const word_t bit = seen & (~seen + 1);  // lowest set bit
+          const word_t before = free.fetch_and(~bit, Protocol::claim);
+          if ((before & bit) != 0) return slot_of(w, bit);
+          seen = before & ~bit;
+        }
+      } else {  // mutant for the model tests: the take is not atomic
+        const word_t seen = free.load(Protocol::claim);
+        if (seen != 0) {
+          const word_t bit = seen & (~seen + 1);
+          free.store(seen & ~bit, std::memory_order_relaxed);
+          return slot_of(w, bit);
+        }
+      }
       if (++w == n_words_) w = 0;
     }
     return std::nullopt;
-  }
-
-  /// claim() for a slot wanted ahead of need: only from the calling thread's home word,
-  /// and only while that word has at least `min_free` free slots, so that a spare never
-  /// takes one of the last free slots from a thread that needs one now. Lock-free.
-  std::optional<std::size_t> claim_spare(unsigned min_free) noexcept {
-    if (n_words_ == 0) return std::nullopt;
-    return claim_in(home_word(), min_free);
   }
 
   /// Gives back a claimed slot that was never published (the arm-failure path).
@@ -323,35 +334,6 @@ class SlotTable {
   /// Makes room for `n` more payloads without giving up geometric growth.
   static void reserve_more(std::vector<Payload>& v, std::size_t n) {
     if (v.capacity() - v.size() < n) v.reserve(std::max(v.size() + n, 2 * v.capacity()));
-  }
-
-  /// The calling thread's first word to claim from (its hint spread over the words).
-  std::size_t home_word() const noexcept {
-    return static_cast<std::size_t>((static_cast<std::uint64_t>(Atomics::thread_hint()) * n_words_) >> 32);
-  }
-
-  /// Takes the lowest free slot of word `w` while the word has at least `min_free` free.
-  std::optional<std::size_t> claim_in(std::size_t w, unsigned min_free) noexcept {
-    auto& free = words_[w].free;
-    if constexpr (Protocol::claim_by_rmw) {
-      // The load only picks a bit to try; the fetch_and decides, and its old value is
-      // the fresh state to try again with.
-      word_t seen = free.load(std::memory_order_relaxed);
-      while (seen != 0 && static_cast<unsigned>(std::popcount(seen)) >= min_free) {
-        const word_t bit = seen & (~seen + 1);  // lowest set bit
-        const word_t before = free.fetch_and(~bit, Protocol::claim);
-        if ((before & bit) != 0) return slot_of(w, bit);
-        seen = before & ~bit;
-      }
-    } else {  // mutant for the model tests: the take is not atomic
-      const word_t seen = free.load(Protocol::claim);
-      if (seen != 0 && static_cast<unsigned>(std::popcount(seen)) >= min_free) {
-        const word_t bit = seen & (~seen + 1);
-        free.store(seen & ~bit, std::memory_order_relaxed);
-        return slot_of(w, bit);
-      }
-    }
-    return std::nullopt;
   }
 
   /// Retires the completed slots of word `w`; returns the bits it leaves armed.

@@ -19,7 +19,7 @@
 #include "xlogrt/resource/block_tracker.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/detail/request.hpp"
-#include "xlogrt/core/detail/stripes.hpp"
+#include "xlogrt/resource/detail/stripes.hpp"
 
 namespace xlogrt {
 

@@ -48,7 +48,7 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/detail/spin_lock.hpp"
-#include "xlogrt/core/detail/stripes.hpp"
+#include "xlogrt/resource/detail/stripes.hpp"
 
 namespace xlogrt {
 

@@ -22,7 +22,7 @@
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
 #include "xlogrt/resource/detail/spin_lock.hpp"
-#include "xlogrt/core/detail/stripes.hpp"
+#include "xlogrt/resource/detail/stripes.hpp"
 
 namespace xlogrt {
 

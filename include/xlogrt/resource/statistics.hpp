@@ -20,7 +20,7 @@
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
-#include "xlogrt/core/detail/stripes.hpp"
+#include "xlogrt/resource/detail/stripes.hpp"
 
 namespace xlogrt {
 

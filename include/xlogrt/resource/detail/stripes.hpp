@@ -1,10 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// Thread tickets and the calling thread's stripe: what the block table, Budget,
-// Statistics, AsyncCuda's queued-free rows and the reactor's spare slots use to give
-// each thread state of its own, so that threads at work at once do not write one
-// shared line.
+// The calling thread's stripe: what Budget and Statistics use to spread their counters
+// over cache lines, so that threads allocating at once do not write one shared line.
 
 #include <atomic>
 #include <bit>
