@@ -248,8 +248,8 @@ class SlotTable {
   /// armed (seen armed with its flag still 0, or published while the pass ran).
   ///
   /// Warming. The first time the scans find a slot armed and not yet done, the scanner
-  /// pulls into its cache the lines that retiring the slot will touch (its payload cell
-  /// for reading, its word and the summary for writing), and calls `fresh(slot)`, which
+  /// pulls into its cache, for writing, the lines that retiring the slot will touch (its
+  /// payload cell, its word and the summary), and calls `fresh(slot)`, which
   /// may warm the caller's own (the payload's target, say). A completion then waits on no
   /// line the registrant wrote but its flag. Prefetches only: no protocol order changes.
   ///
@@ -351,7 +351,7 @@ class SlotTable {
     if (const word_t pending = armed & ~done; (pending & ~seen_[w]) != 0) {
       for (word_t b = pending & ~seen_[w]; b != 0; b &= b - 1) {
         const std::size_t slot = slot_of(w, b & (~b + 1));
-        detail::prefetch_read(&cells_[slot]);
+        detail::prefetch_write(&cells_[slot]);  // take() moves the payload out
         fresh(slot);
       }
       detail::prefetch_write(&word);
