@@ -80,8 +80,7 @@ struct Raw<CudaDriver> {
 
 /// Spins for `n` iterations of a loop the optimiser cannot remove.
 void busy(long n) {
-  for (volatile long i = 0; i < n; i = i + 1) {
-  }
+  for (long i = 0; i < n; ++i) asm volatile("" ::: "memory");
 }
 /// Iterations of busy() that take about `ns` nanoseconds here.
 long calibrate_busy(double ns) {

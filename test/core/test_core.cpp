@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <unordered_set>
+#include <vector>
 
 #include "xlogrt/core/block.hpp"
 #include "xlogrt/core/ids.hpp"
@@ -45,6 +47,99 @@ TEST_CASE("result holds a value or an error, and propagates", "[core][result]") 
   result<std::string> moved = std::string(100, 'x');
   std::string s = std::move(moved).value();
   CHECK(s.size() == 100);
+}
+
+TEST_CASE("result copies and moves between value and error states", "[core][result]") {
+  const error e{errc::out_of_memory, std::string(64, 'e'), 2};
+  auto is_e = [](const auto& r) {
+    return !r && r.error().code() == errc::out_of_memory && r.error().message() == std::string(64, 'e') &&
+           r.error().driver_status() == 2;
+  };
+
+  SECTION("std::string: copy and move, both ways") {
+    result<std::string> v = std::string(100, 'v');
+    result<std::string> b = e;
+    b = v;  // error <- value (copy)
+    REQUIRE(b);
+    CHECK(*b == std::string(100, 'v'));
+    CHECK(*v == std::string(100, 'v'));
+    result<std::string> err = e;
+    b = err;  // value <- error (copy)
+    CHECK(is_e(b));
+    CHECK(is_e(err));
+    b = std::move(v);  // error <- value (move)
+    REQUIRE(b);
+    CHECK(b->size() == 100);
+    b = std::move(err);  // value <- error (move)
+    CHECK(is_e(b));
+    result<std::string> c = b;  // copy-construct an error
+    CHECK(is_e(c));
+    result<std::string> d = std::move(c);  // move-construct an error
+    CHECK(is_e(d));
+    d = result<std::string>(e);  // error <- error
+    CHECK(is_e(d));
+    d = std::string("x");  // error <- value, through the converting constructor
+    result<std::string> f = d;
+    f = std::string("yz");  // value <- value
+    CHECK(*d == "x");
+    CHECK(*f == "yz");
+  }
+
+  SECTION("std::vector<int>") {
+    result<std::vector<int>> v = std::vector<int>{1, 2, 3};
+    result<std::vector<int>> copy = v;
+    CHECK(*copy == std::vector<int>{1, 2, 3});
+    copy = e;
+    CHECK(is_e(copy));
+    copy = v;
+    CHECK(copy->size() == 3);
+    result<std::vector<int>> moved = std::move(copy);
+    CHECK(*moved == std::vector<int>{1, 2, 3});
+    moved = result<std::vector<int>>(e);
+    CHECK(is_e(moved));
+  }
+
+  SECTION("move-only std::unique_ptr") {
+    static_assert(!std::is_copy_constructible_v<result<std::unique_ptr<int>>>);
+    static_assert(!std::is_copy_assignable_v<result<std::unique_ptr<int>>>);
+    static_assert(std::is_nothrow_move_constructible_v<result<std::unique_ptr<int>>>);
+    static_assert(std::is_nothrow_move_assignable_v<result<std::unique_ptr<int>>>);
+    result<std::unique_ptr<int>> p = std::make_unique<int>(7);
+    result<std::unique_ptr<int>> q = e;
+    q = std::move(p);  // error <- value
+    REQUIRE(q);
+    CHECK(**q == 7);
+    q = result<std::unique_ptr<int>>(e);  // value <- error
+    CHECK(is_e(q));
+    result<std::unique_ptr<int>> r = std::move(q);
+    CHECK(is_e(r));
+    r = std::make_unique<int>(8);
+    std::unique_ptr<int> out = std::move(r).value();
+    CHECK(*out == 8);
+  }
+
+  SECTION("result<void>") {
+    static_assert(std::is_nothrow_move_constructible_v<result<void>>);
+    static_assert(std::is_nothrow_move_assignable_v<result<void>>);
+    result<void> good = ok();
+    result<void> bad = e;
+    result<void> x = bad;  // copy-construct an error
+    CHECK(is_e(x));
+    x = good;  // error <- success (copy)
+    CHECK(x);
+    x = bad;  // success <- error (copy)
+    CHECK(is_e(x));
+    x = ok();  // error <- success (move)
+    CHECK(x);
+    x = std::move(bad);  // success <- error (move)
+    CHECK(is_e(x));
+    x = result<void>(e);  // error <- error
+    CHECK(is_e(x));
+    result<void> y = std::move(x);
+    CHECK(is_e(y));
+    xlogrt::error taken = std::move(y).error();
+    CHECK(taken.code() == errc::out_of_memory);
+  }
 }
 
 TEST_CASE("every error code has a distinct name", "[core][result]") {

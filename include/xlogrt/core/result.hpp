@@ -8,11 +8,11 @@
 // when a driver call was the cause.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
-#include <variant>
 
 namespace xlogrt {
 
@@ -96,9 +96,15 @@ class error {
 
 /// Either a T or an error. Converts implicitly from both, so a function returns
 /// `value` or `error{...}` alike; `if (!r) return r.error();` propagates.
+///
+/// A hand-written tagged union rather than std::variant: results are made and dropped
+/// on every allocator call, and variant's out-of-line reset and index bookkeeping
+/// showed up there. Here the success branch comes first and costs a flag test (plus
+/// T's own work, none when T is trivial); the error branch is [[unlikely]].
 template <class T>
 class [[nodiscard]] result {
   static_assert(!std::is_reference_v<T>, "result<T&> is not supported; use T*");
+  static_assert(std::is_nothrow_move_constructible_v<xlogrt::error>);  // the noexcept moves rely on it
 
  public:
   using value_type = T;
@@ -108,16 +114,83 @@ class [[nodiscard]] result {
              (!std::is_same_v<std::remove_cvref_t<U>, result>) &&
              (!std::is_same_v<std::remove_cvref_t<U>, xlogrt::error>)
   result(U&& v) noexcept(std::is_nothrow_constructible_v<T, U&&>)  // NOLINT: implicit by design
-      : v_(std::in_place_index<0>, std::forward<U>(v)) {}
-  result(xlogrt::error e) noexcept : v_(std::in_place_index<1>, std::move(e)) {}  // NOLINT
+      : value_(std::forward<U>(v)), has_(true) {}
+  result(xlogrt::error e) noexcept : err_(std::move(e)), has_(false) {}  // NOLINT
 
-  bool has_value() const noexcept { return v_.index() == 0; }
+  // The flag is stored after the member, as a constant: the optimizer may think the
+  // string's bytewise copy into err_ overwrote a flag stored before it, and then loses
+  // track of which member is live (seen as false -Wmaybe-uninitialized in callers).
+  result(const result& o) requires std::is_copy_constructible_v<T>
+  {
+    if (o.has_) [[likely]] {
+      std::construct_at(std::addressof(value_), o.value_);
+      has_ = true;
+    } else [[unlikely]] {
+      std::construct_at(std::addressof(err_), o.err_);
+      has_ = false;
+    }
+  }
+  result(result&& o) noexcept(std::is_nothrow_move_constructible_v<T>)
+    requires std::is_move_constructible_v<T>
+  {
+    if (o.has_) [[likely]] {
+      std::construct_at(std::addressof(value_), std::move(o.value_));
+      has_ = true;
+    } else [[unlikely]] {
+      std::construct_at(std::addressof(err_), std::move(o.err_));
+      has_ = false;
+    }
+  }
+
+  result& operator=(const result& o)
+    requires std::is_copy_constructible_v<T> && std::is_copy_assignable_v<T>
+  {
+    if (has_ && o.has_) [[likely]] {
+      value_ = o.value_;
+    } else [[unlikely]] {
+      if (has_) {
+        become_error(xlogrt::error(o.err_));  // copy first: a throwing copy changes nothing
+      } else if (o.has_) {
+        become_value(o.value_);
+      } else {
+        err_ = o.err_;
+      }
+    }
+    return *this;
+  }
+  result& operator=(result&& o) noexcept(std::is_nothrow_move_constructible_v<T> &&
+                                         std::is_nothrow_move_assignable_v<T>)
+    requires std::is_move_constructible_v<T> && std::is_move_assignable_v<T>
+  {
+    if (has_ && o.has_) [[likely]] {
+      value_ = std::move(o.value_);
+    } else [[unlikely]] {
+      if (has_) {
+        become_error(std::move(o.err_));
+      } else if (o.has_) {
+        become_value(std::move(o.value_));
+      } else {
+        err_ = std::move(o.err_);
+      }
+    }
+    return *this;
+  }
+
+  ~result() {
+    if (has_) [[likely]] {
+      if constexpr (!std::is_trivially_destructible_v<T>) value_.~T();
+    } else [[unlikely]] {
+      err_.~error();
+    }
+  }
+
+  bool has_value() const noexcept { return has_; }
   explicit operator bool() const noexcept { return has_value(); }
 
   /// @pre has_value()
-  T& value() & noexcept { return *std::get_if<0>(&v_); }
-  const T& value() const& noexcept { return *std::get_if<0>(&v_); }
-  T&& value() && noexcept { return std::move(*std::get_if<0>(&v_)); }
+  T& value() & noexcept { return value_; }
+  const T& value() const& noexcept { return value_; }
+  T&& value() && noexcept { return std::move(value_); }
   T& operator*() & noexcept { return value(); }
   const T& operator*() const& noexcept { return value(); }
   T&& operator*() && noexcept { return std::move(*this).value(); }
@@ -125,28 +198,111 @@ class [[nodiscard]] result {
   const T* operator->() const noexcept { return &value(); }
 
   /// @pre !has_value()
-  const xlogrt::error& error() const& noexcept { return *std::get_if<1>(&v_); }
-  xlogrt::error&& error() && noexcept { return std::move(*std::get_if<1>(&v_)); }
+  const xlogrt::error& error() const& noexcept { return err_; }
+  xlogrt::error&& error() && noexcept { return std::move(err_); }
 
  private:
-  std::variant<T, xlogrt::error> v_;
+  void become_error(xlogrt::error&& e) noexcept {
+    if constexpr (!std::is_trivially_destructible_v<T>) value_.~T();
+    std::construct_at(std::addressof(err_), std::move(e));
+    has_ = false;
+  }
+
+  // The error is dropped only once the T can no longer fail to appear, so a throwing
+  // T leaves *this holding its error, never neither.
+  template <class A>
+  void become_value(A&& a) {
+    if constexpr (std::is_nothrow_constructible_v<T, A&&>) {
+      err_.~error();
+      std::construct_at(std::addressof(value_), std::forward<A>(a));
+    } else if constexpr (std::is_nothrow_move_constructible_v<T>) {
+      T tmp(std::forward<A>(a));
+      err_.~error();
+      std::construct_at(std::addressof(value_), std::move(tmp));
+    } else {
+      xlogrt::error saved(std::move(err_));
+      err_.~error();
+      try {
+        std::construct_at(std::addressof(value_), std::forward<A>(a));
+      } catch (...) {
+        std::construct_at(std::addressof(err_), std::move(saved));
+        throw;
+      }
+    }
+    has_ = true;
+  }
+
+  union {
+    T value_;
+    xlogrt::error err_;
+  };
+  bool has_;
 };
 
-/// The value-less result: success, or an error.
+/// The value-less result: success, or an error. The error is constructed only on
+/// failure, so success is a flag and nothing else.
 template <>
 class [[nodiscard]] result<void> {
  public:
   using value_type = void;
-  result() noexcept = default;
-  result(xlogrt::error e) noexcept : e_(std::in_place_index<1>, std::move(e)) {}  // NOLINT
+  result() noexcept : has_(true) {}
+  result(xlogrt::error e) noexcept : err_(std::move(e)), has_(false) {}  // NOLINT
 
-  bool has_value() const noexcept { return e_.index() == 0; }
+  // The flag is stored after the error, as in result<T>.
+  result(const result& o) : has_(true) {
+    if (!o.has_) [[unlikely]] {
+      std::construct_at(std::addressof(err_), o.err_);
+      has_ = false;
+    }
+  }
+  result(result&& o) noexcept : has_(true) {
+    if (!o.has_) [[unlikely]] {
+      std::construct_at(std::addressof(err_), std::move(o.err_));
+      has_ = false;
+    }
+  }
+  result& operator=(const result& o) {
+    if (!has_ || !o.has_) [[unlikely]] {  // success <- success has nothing to do
+      if (o.has_) {
+        err_.~error();
+        has_ = true;
+      } else if (has_) {
+        std::construct_at(std::addressof(err_), o.err_);  // a throwing copy leaves success
+        has_ = false;
+      } else {
+        err_ = o.err_;
+      }
+    }
+    return *this;
+  }
+  result& operator=(result&& o) noexcept {
+    if (!has_ || !o.has_) [[unlikely]] {  // success <- success has nothing to do
+      if (o.has_) {
+        err_.~error();
+        has_ = true;
+      } else if (has_) {
+        std::construct_at(std::addressof(err_), std::move(o.err_));
+        has_ = false;
+      } else {
+        err_ = std::move(o.err_);
+      }
+    }
+    return *this;
+  }
+  ~result() {
+    if (!has_) [[unlikely]] err_.~error();
+  }
+
+  bool has_value() const noexcept { return has_; }
   explicit operator bool() const noexcept { return has_value(); }
-  const xlogrt::error& error() const& noexcept { return *std::get_if<1>(&e_); }
-  xlogrt::error&& error() && noexcept { return std::move(*std::get_if<1>(&e_)); }
+  const xlogrt::error& error() const& noexcept { return err_; }
+  xlogrt::error&& error() && noexcept { return std::move(err_); }
 
  private:
-  std::variant<std::monostate, xlogrt::error> e_;
+  union {
+    xlogrt::error err_;
+  };
+  bool has_;
 };
 
 /// The success value of result<void>, for readability: `return ok();`.
