@@ -28,8 +28,8 @@ class DeviceBlock {
   DeviceBlock() noexcept = default;
   DeviceBlock(std::uint64_t ptr, std::size_t bytes, StreamId alloc_stream,
               std::uint32_t device_ordinal, AllocTag tag, BlockId id) noexcept
-      : ptr_(ptr), bytes_(bytes), alloc_stream_(alloc_stream), ordinal_(device_ordinal),
-        tag_(tag), id_(id) {}
+      : ptr_(ptr), bytes_(bytes), id_(id), alloc_stream_(alloc_stream), ordinal_(device_ordinal),
+        tag_(tag) {}
 
   DeviceBlock(const DeviceBlock&) = delete;
   DeviceBlock& operator=(const DeviceBlock&) = delete;
@@ -66,10 +66,13 @@ class DeviceBlock {
 
   std::uint64_t ptr_ = 0;
   std::size_t bytes_ = 0;
+  // At offset 16, so that the id's first eight bytes are aligned: copies and reads of the
+  // id then use the same widths at the same offsets, and a read is forwarded from the
+  // store before it (a misaligned 8-byte read of two 4-byte stores stalled the pair).
+  BlockId id_{};
   StreamId alloc_stream_{};
   std::uint32_t ordinal_ = 0;
   AllocTag tag_{};
-  BlockId id_{};
 };
 
 }  // namespace xlogrt

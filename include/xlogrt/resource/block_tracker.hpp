@@ -100,7 +100,7 @@ class BlockTable {
   /// (`init(Entry&)`; the entry holds whatever the slot's previous block left in it, see
   /// erase_if). Errors: out_of_memory (host memory, or the shard is full).
   template <class Init>
-  result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Init&& init) noexcept {
+  [[gnu::always_inline]] result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Init&& init) noexcept {
     const std::uint32_t sh = home_shard();
     Shard& s = shards_[sh];
     std::uint32_t local = 0;
@@ -141,7 +141,7 @@ class BlockTable {
   /// (Lookup::use), or f's.
   template <class F>
   result<void> with(BlockId id, Lookup why, F&& f, const DeviceBlock* block = nullptr) noexcept {
-    Slot* slot;
+    Slot* slot = nullptr;
     std::unique_lock<detail::SpinLock> lock;
     if (auto e = find(id, why, block, slot, lock); e) return std::move(*e);
     return f(slot->entry);
@@ -170,7 +170,7 @@ class BlockTable {
   /// anew); f lets go of what the block held.
   template <class F>
   result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
-    Slot* slot;
+    Slot* slot = nullptr;
     std::unique_lock<detail::SpinLock> lock;
     if (auto e = find(id, Lookup::free, block, slot, lock); e) return std::move(*e);
     if (result<void> r = f(slot->entry); !r) return r;
@@ -316,7 +316,7 @@ class BlockTable {
 
   /// Finds and locks the live slot of `id`; on failure returns why, with nothing locked
   /// that the caller must release (the lock object unlocks what it holds).
-  std::optional<error> find(BlockId id, Lookup why, const DeviceBlock* block, Slot*& slot,
+  [[gnu::always_inline]] std::optional<error> find(BlockId id, Lookup why, const DeviceBlock* block, Slot*& slot,
                             std::unique_lock<detail::SpinLock>& lock) noexcept {
     if (id.owner != owner_) [[unlikely]] return lookup_error(id, why, nullptr);
     slot = const_cast<Slot*>(slot_of(id));
