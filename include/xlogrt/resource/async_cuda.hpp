@@ -38,8 +38,9 @@ struct AsyncCudaOptions {
 ///
 /// Accounting: bytes_outstanding() counts a block from allocate until reap_pending() has
 /// seen its queued free complete: the block table's live bytes plus each stream's
-/// queued-but-not-retired bytes. deallocate raises its stream's `queued` count;
-/// reap_pending reads it, synchronises the stream, and raises `retired` to what it read
+/// queued-but-not-retired bytes. deallocate raises its stream's `queued` count (in the
+/// calling thread's row); reap_pending sums the rows, synchronises the stream, and raises
+/// `retired` to what it read
 /// (a free queued after the read stays pending; concurrent reapers never retire twice).
 ///
 /// Tracking, per block (state kept in the block table, under the block's own lock):
@@ -71,9 +72,8 @@ struct AsyncCudaOptions {
 /// checks this on a real GPU from a thread that has no current context at all.
 ///
 /// Thread-safe. Calls on different blocks take different locks; allocations by different
-/// threads use different shards of the block table; the pending counters are per stream
-/// and the live-byte counts per shard, and each thread counts its queued frees in a row of
-/// its own. Move-only; a
+/// threads use different shards of the block table; the live-byte counts are per shard,
+/// and each thread counts its queued frees (per stream) in a row of its own. Move-only; a
 /// moved-from AsyncCuda may only be destroyed.
 template <Driver D>
 class AsyncCuda {
