@@ -12,6 +12,9 @@
 
 #include <xlogrt/runtime.hpp>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -77,6 +80,21 @@ struct Raw<CudaDriver> {
     if (r != CUDA_SUCCESS) raw_failures.fetch_add(1, std::memory_order_relaxed);
   }
 };
+
+/// Keeps the calling thread on one core (best effort: Linux only, and ignored when the
+/// core is not ours).
+void pin_to_core(int core) {
+#if defined(__linux__)
+  const int n = static_cast<int>(std::thread::hardware_concurrency());
+  if (n <= 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core % n, &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+#else
+  (void)core;
+#endif
+}
 
 /// Spins for `n` iterations of a loop the optimiser cannot remove.
 void busy(long n) {
@@ -202,14 +220,21 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
               "|---|---|---|---|---|---|\n", REPS);
   for (int threads : {1, 2, 4, 8, 16}) {
     std::vector<double> rates[3];
+    // Each triple of runs takes the three variants in a fresh random order (a fixed
+    // order keeps who follows whom), and worker t stays on core t + 1 (Linux), so that
+    // the variants are compared on the same cores, away from this thread's.
+    std::mt19937 rng(7);
+    int triple[3] = {0, 1, 2};
     for (int rep = 0; rep < 3 * REPS; ++rep) {
-      const int which = rep % 3;
+      if (rep % 3 == 0) std::shuffle(std::begin(triple), std::end(triple), rng);
+      const int which = triple[rep % 3];
       std::atomic<bool> go{false};
       std::atomic<long> done{0};
       const int per_thread = std::max(2000, rounds * pairs / 4);
       std::vector<std::thread> ts;
       for (int t = 0; t < threads; ++t) {
         ts.emplace_back([&, t] {
+          pin_to_core(t + 1);
           (void)(*dev)->make_current();
           const StreamId sid{static_cast<std::uint32_t>(t)};
           auto s = *(*streams)->get(sid);
