@@ -162,6 +162,34 @@ TEST_CASE("statistics are exact under 8 threads, and every snapshot is consisten
 }
 
 namespace {
+
+/// Blocks that worker threads leave live for the main thread to free, and the
+/// operations that failed.
+struct Leftovers {
+  std::mutex mu;
+  std::vector<DeviceBlock> left;
+  std::atomic<int> errors{0};
+};
+
+/// Allocates `ops` blocks of `bytes` with `tag` and frees each at once, except every
+/// `keep_every`-th, which it leaves live in `out.left`.
+template <class S>
+void churn(S& s, Leftovers& out, unsigned ops, std::size_t bytes, AllocTag tag, unsigned keep_every) {
+  for (unsigned i = 0; i < ops; ++i) {
+    auto b = s.allocate(bytes, StreamId{0}, tag);
+    if (!b) {
+      ++out.errors;
+      continue;
+    }
+    if (i % keep_every == 0) {
+      std::lock_guard lock(out.mu);
+      out.left.push_back(std::move(*b));
+    } else if (!s.deallocate(std::move(*b))) {
+      ++out.errors;
+    }
+  }
+}
+
 bool sane(const AllocationCounters& c) {
   return c.current_bytes == c.total_bytes - c.freed_bytes && c.total_bytes >= c.freed_bytes &&
          c.current_count == c.allocations - c.frees && c.allocations >= c.frees && c.peak_bytes >= c.current_bytes;
@@ -260,29 +288,15 @@ TEST_CASE("statistics: more threads than stripes, exiting with blocks live, sum 
   PlainSpy spy;
   Statistics<PlainSpy> s{std::move(spy), StatisticsOptions{.tag_slots = 4, .stripes = 2}};
   constexpr unsigned THREADS = 9;  // several threads share each stripe
-  std::mutex mu;
-  std::vector<DeviceBlock> left;
-  std::atomic<int> errors{0};
+  Leftovers kept;
+  std::vector<DeviceBlock>& left = kept.left;
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < THREADS; ++t) {
-    threads.emplace_back([&, t] {
-      for (unsigned i = 0; i < 500; ++i) {
-        auto b = s.allocate(t + 1, StreamId{0}, AllocTag{t});  // tags 4.. fold into `other`
-        if (!b) {
-          ++errors;
-          continue;
-        }
-        if (i % 5 == 0) {
-          std::lock_guard lock(mu);
-          left.push_back(std::move(*b));
-        } else if (!s.deallocate(std::move(*b))) {
-          ++errors;
-        }
-      }
-    });
+    // Tags 4.. fold into `other`; every fifth block stays live.
+    threads.emplace_back([&, t] { churn(s, kept, 500, t + 1, AllocTag{t}, 5); });
   }
   for (auto& th : threads) th.join();
-  REQUIRE(errors == 0);
+  REQUIRE(kept.errors == 0);
   auto snap = s.snapshot();
   std::size_t live = 0, total = 0;
   for (unsigned t = 0; t < THREADS; ++t) {
@@ -332,31 +346,16 @@ TEST_CASE("statistics: waves of threads reuse the stripes of exited ones and sum
   PlainSpy spy;
   Statistics<PlainSpy> s{std::move(spy), StatisticsOptions{.tag_slots = 4, .stripes = 8}};
   constexpr unsigned WAVES = 4, THREADS = 6, OPS = 400;
-  std::atomic<int> errors{0};
-  std::vector<DeviceBlock> left;
-  std::mutex mu;
+  Leftovers kept;  // every tenth block stays live, freed later by the main thread
+  std::vector<DeviceBlock>& left = kept.left;
   for (unsigned w = 0; w < WAVES; ++w) {
     std::vector<std::thread> threads;
     for (unsigned t = 0; t < THREADS; ++t) {
-      threads.emplace_back([&, t] {
-        for (unsigned i = 0; i < OPS; ++i) {
-          auto b = s.allocate(64, StreamId{0}, AllocTag{t % 4});
-          if (!b) {
-            ++errors;
-            continue;
-          }
-          if (i % 10 == 0) {  // left live, freed later by the main thread
-            std::lock_guard lock(mu);
-            left.push_back(std::move(*b));
-          } else if (!s.deallocate(std::move(*b))) {
-            ++errors;
-          }
-        }
-      });
+      threads.emplace_back([&, t] { churn(s, kept, OPS, 64, AllocTag{t % 4}, 10); });
     }
     for (auto& th : threads) th.join();
   }
-  REQUIRE(errors == 0);
+  REQUIRE(kept.errors == 0);
   auto snap = s.snapshot();
   CHECK(snap.total.allocations == WAVES * THREADS * OPS);
   CHECK(snap.total.current_count == left.size());
