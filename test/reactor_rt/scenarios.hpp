@@ -69,11 +69,11 @@ class ThreadExecutor {
     cv_.notify_one();
     thread_.join();
   }
+  // Notifies under the lock: the resumed coroutine may let the owner destroy this
+  // executor at once, and the destructor's lock then waits until post() is done with cv_.
   void post(std::coroutine_handle<> h) noexcept {
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back(h);
-    }
+    std::lock_guard lock(mu_);
+    queue_.push_back(h);
     cv_.notify_one();
   }
   std::thread::id id() const noexcept { return thread_.get_id(); }
