@@ -9,7 +9,9 @@
 // measured in the same rounds, interleaved:
 //   floor          a host thread spinning on a flag written by cuStreamWriteValue32
 //   reactor cb     Reactor::on_done callback (flag write, scanner thread)
-//   reactor coro   co_await reactor.when_done(stream), resumed on the scanner
+//   reactor coro   co_await reactor.when_done(stream), resumed on the scanner; once in a
+//                  plain coroutine (frame malloc'd per wait) and once in one whose frame
+//                  is recycled (see RecycledDetached)
 //   ... idle       the same two, as the first wait after the rest of the round
 //   reactor hostfn Reactor with flag_writes = false (its host-function path)
 //   host func      cuLaunchHostFunc; the function is the waiter
@@ -143,6 +145,38 @@ Detached co_stamp(Reactor<D>& r, StreamId s, Stamp& st) {
   st.mark();
 }
 
+/// A Detached coroutine whose frame comes from a one-frame stash, as an engine's frame
+/// pool would give it. A plain one is malloc'd on the arming thread and freed on the
+/// scanner thread (where it finishes), so the arming thread's malloc never finds that
+/// size in its own cache: the frame's allocation, not the reactor, then sits between
+/// the operation and the flag write.
+struct RecycledDetached {
+  struct promise_type : Detached::promise_type {
+    RecycledDetached get_return_object() noexcept { return {}; }
+    static constexpr std::size_t CAP = 1024;
+    static inline std::atomic<void*> stash{nullptr};
+    static void* operator new(std::size_t n) {
+      if (n <= CAP) {
+        if (void* p = stash.exchange(nullptr, std::memory_order_acquire)) return p;
+        return ::operator new(CAP);
+      }
+      return ::operator new(n);
+    }
+    static void operator delete(void* p, std::size_t n) noexcept {
+      void* none = nullptr;
+      if (n <= CAP && stash.compare_exchange_strong(none, p, std::memory_order_release)) return;
+      ::operator delete(p);
+    }
+  };
+};
+
+template <class D>
+RecycledDetached co_stamp_recycled(Reactor<D>& r, StreamId s, Stamp& st) {
+  auto res = co_await r.when_done(s);
+  (void)res;
+  st.mark();
+}
+
 template <class D>
 struct Bench {
   D& d;
@@ -178,12 +212,13 @@ struct Bench {
     // Stream 0 for the reactor with flags, 1 for everything else (each variant waits for
     // its round to end before the next starts, so every stream is idle at its enqueue).
     enum {
-      FLOOR, R_CB, R_CORO, R_CB_IDLE, R_CORO_IDLE, R_HOSTFN, HOST_FUNC, EV_POLL, EV_SYNC,
+      FLOOR, R_CB, R_CORO, R_CORO_RECYCLED, R_CB_IDLE, R_CORO_IDLE, R_HOSTFN, HOST_FUNC, EV_POLL, EV_SYNC,
       STREAM_SYNC, N
     };
     const char* names[N] = {"floor (spin on flag)",
                             "reactor callback (scanner polling)",
                             "reactor coroutine (scanner polling)",
+                            "reactor coroutine, recycled frame (scanner polling)",
                             "reactor callback (after idle gap)",
                             "reactor coroutine (after idle gap)",
                             "reactor, host-fn path",
@@ -223,10 +258,12 @@ struct Bench {
     for (unsigned r = 0; r < rounds + 200; ++r) {  // the first 200 rounds warm up
       const bool keep = r >= 200;
       // The round's order: the idle-gap sample (its form alternating by round) is the
-      // first reactor wait; the two polling samples follow it, in alternating order.
+      // first reactor wait; the three polling samples follow it, their order rotating.
       const bool odd = (r & 1) != 0;
+      const int polling[3] = {R_CB, R_CORO, R_CORO_RECYCLED};
+      const unsigned k = r % 3;
       const int order[N - 1] = {FLOOR,    odd ? R_CORO_IDLE : R_CB_IDLE,
-                                odd ? R_CORO : R_CB, odd ? R_CB : R_CORO,
+                                polling[k], polling[(k + 1) % 3], polling[(k + 2) % 3],
                                 R_HOSTFN, HOST_FUNC, EV_POLL, EV_SYNC, STREAM_SYNC};
       for (const int v : order) {
         st.reset();
@@ -259,6 +296,13 @@ struct Bench {
             t0 = Clock::now();
             op(0, 3);
             co_stamp(*reactor_flags, StreamId{0}, st);
+            ta = Clock::now();
+            t1 = st.wait();
+            break;
+          case R_CORO_RECYCLED:
+            t0 = Clock::now();
+            op(0, 3);
+            co_stamp_recycled(*reactor_flags, StreamId{0}, st);
             ta = Clock::now();
             t1 = st.wait();
             break;
@@ -325,7 +369,7 @@ struct Bench {
                   idle_row ? std::to_string(woken[v]).c_str() : "", enq);
     }
     const Stats hf = stats(lat[HOST_FUNC]);
-    for (const int v : {R_CB, R_CORO}) {
+    for (const int v : {R_CB, R_CORO, R_CORO_RECYCLED}) {
       const Stats s = stats(lat[v]);
       std::printf("\nTargets, %s: median <= 1.25x floor: %.2fx %s; >= 2.5x faster than "
                   "launch_host_func: %.2fx %s; p99 <= 2x floor p99: %.2fx %s",
