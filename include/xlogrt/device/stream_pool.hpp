@@ -24,7 +24,7 @@ namespace xlogrt {
 /// Thread-safe. get() is lock-free (a bounds check and an array read); adopt() takes a
 /// mutex and publishes the new stream with a release store of the count.
 template <Driver D>
-class StreamPool {
+class alignas(64) StreamPool {
  public:
   using driver_type = D;
   using stream_t = typename D::stream_t;
@@ -94,7 +94,7 @@ class StreamPool {
 
   std::size_t size() const noexcept { return count_.load(std::memory_order_acquire); }
   const std::shared_ptr<Device<D>>& device() const noexcept { return device_; }
-  D& driver() const noexcept { return device_->driver(); }
+  D& driver() const noexcept { return *driver_; }
 
   /// The error get() returns for `id`, for callers that validated with contains().
   [[gnu::cold, gnu::noinline]] error unknown(StreamId id) const {
@@ -105,12 +105,16 @@ class StreamPool {
   }
 
  private:
-  explicit StreamPool(std::shared_ptr<Device<D>> device) : device_(std::move(device)) {}
+  explicit StreamPool(std::shared_ptr<Device<D>> device)
+      : device_(std::move(device)), driver_(&device_->driver()) {}
 
+  // get() and driver() read the first line only, for the first few streams: the count,
+  // the driver and streams_[0..4] share it.
   std::shared_ptr<Device<D>> device_;
+  D* driver_;
+  std::atomic<std::uint32_t> count_{0};
   std::array<stream_t, MAX_STREAMS> streams_{};
   std::array<bool, MAX_STREAMS> owned_{};
-  std::atomic<std::uint32_t> count_{0};
   std::mutex adopt_mu_;
 };
 

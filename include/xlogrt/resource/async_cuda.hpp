@@ -122,7 +122,7 @@ class AsyncCuda {
     if (auto r = detail::check_block(b, device_ordinal()); !r) return r;
     auto a = streams_->get(b.alloc_stream());
     if (!a) return std::move(a).error();
-    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) -> result<void> {
+    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) __attribute__((always_inline)) -> result<void> {
       if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, *a, u); }); !w) return w;
       if (auto f = driver().mem_free_async(b.ptr(), *a); !f) return f;
       t.release_events(state_->events);
@@ -275,7 +275,7 @@ class AsyncCuda {
     /// Calls f(Use&) for each use on a stream other than the alloc stream (what the free
     /// must wait for), stopping at the first error.
     template <class F>
-    result<void> for_each_other(F&& f) {
+    [[gnu::always_inline]] result<void> for_each_other(F&& f) {
       if (write.stream != alloc_stream) {
         if (auto r = f(write); !r) return r;
       }

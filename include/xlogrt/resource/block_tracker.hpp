@@ -26,6 +26,13 @@
 // allocates and frees its own blocks makes one atomic read-modify-write per pair (the
 // block's lock, at the free).
 //
+// Cache lines. A pair runs between two driver calls, which evict much of what it read,
+// so each distinct line it touches costs a miss: an insert + lookup + erase of a block
+// touches the shard's first line (the table's id, the chunk pointers), its owner line
+// (free list head, byte counts) and the block's slot, nothing else. The free lists are
+// threaded through the free slots themselves (Slot::next_free), so taking or giving a
+// slot touches no line but the slot's.
+//
 // Lock-free reads. peek() lets an owner read atomics it keeps in an entry without the
 // slot's lock: it checks the slot's tag, runs the reader, and checks the tag again (a
 // sequence lock whose sequence is the generation); a reader that raced a free or a reuse
@@ -42,7 +49,6 @@
 #include <string>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "xlogrt/core/block.hpp"
 #include "xlogrt/core/ids.hpp"
@@ -70,7 +76,9 @@ class BlockTable {
 
   /// A table whose ids name a new process-unique owner (so a block handed to a resource
   /// that did not make it is recognised as foreign).
-  BlockTable() noexcept : owner_(next_owner()) {}
+  BlockTable() noexcept : owner_(next_owner()) {
+    for (Shard& s : shards_) s.owner = owner_;
+  }
   BlockTable(const BlockTable&) = delete;
   BlockTable& operator=(const BlockTable&) = delete;
   ~BlockTable() {
@@ -105,16 +113,16 @@ class BlockTable {
     Shard& s = shards_[sh];
     std::uint32_t local = 0;
     if (sh < OWNED) {
-      if (s.local.empty() && s.has_remote.load(std::memory_order_acquire)) {
+      if (s.local == NONE && s.has_remote.load(std::memory_order_acquire)) {
         std::lock_guard lock(s.mu);
-        s.local.swap(s.remote);  // both hold capacity for every slot of the shard
+        s.local = std::exchange(s.remote, NONE);
         s.has_remote.store(false, std::memory_order_relaxed);
       }
-      if (auto r = s.take(s.local, local, false); !r) return std::move(r).error();
+      if (auto r = s.take(s.local, local); !r) return std::move(r).error();
       add(s.added, bytes);
     } else {
       std::lock_guard lock(s.mu);
-      if (auto r = s.take(s.remote, local, true); !r) return std::move(r).error();
+      if (auto r = s.take(s.remote, local); !r) return std::move(r).error();
       add(s.added, bytes);
     }
     // No lock: a free slot is no one else's. A lookup with an old id of the slot finds
@@ -132,7 +140,7 @@ class BlockTable {
       slot.entry = std::forward<Init>(init);
     }
     slot.tag.store(tag_of(gen, true), std::memory_order_release);
-    return BlockId{owner_, (local << SHARD_BITS) | sh, gen};
+    return BlockId{s.owner, (local << SHARD_BITS) | sh, gen};
   }
 
   /// Runs `f(Entry&) -> result<void>` under the block's lock if `id` names a live block
@@ -152,7 +160,6 @@ class BlockTable {
   /// or reused while f ran (the caller then takes the locked path, which says why).
   template <class F>
   bool peek(BlockId id, F&& f) const noexcept {
-    if (id.owner != owner_) return false;
     const Slot* slot = slot_of(id);
     if (slot == nullptr) return false;
     const std::uint64_t want = tag_of(id.generation, true);
@@ -169,7 +176,7 @@ class BlockTable {
   /// storage it owns, such as a vector's capacity, is reused rather than freed and made
   /// anew); f lets go of what the block held.
   template <class F>
-  result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
+  [[gnu::always_inline]] result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
     Slot* slot = nullptr;
     std::unique_lock<detail::SpinLock> lock;
     if (auto e = find(id, Lookup::free, block, slot, lock); e) return std::move(*e);
@@ -177,15 +184,16 @@ class BlockTable {
     const std::size_t bytes = slot->bytes;
     slot->tag.store(tag_of(id.generation + 1, false), std::memory_order_release);
     lock.unlock();
-    // Back to its shard's free lists (whose capacity was reserved when the slot was made).
+    // Back to one of its shard's free lists. next_free is read only by whoever takes the
+    // slot from that list (the owner, or a holder of the shard's lock).
     const std::uint32_t sh = id.index & (SHARDS - 1);
     Shard& s = shards_[sh];
     if (sh < OWNED && sh == home_shard()) {
-      s.local.push_back(id.index >> SHARD_BITS);
+      slot->next_free = std::exchange(s.local, id.index >> SHARD_BITS);
       add(s.freed_local, bytes);
     } else {
       std::lock_guard g(s.mu);
-      s.remote.push_back(id.index >> SHARD_BITS);
+      slot->next_free = std::exchange(s.remote, id.index >> SHARD_BITS);
       add(s.freed_remote, bytes);
       s.has_remote.store(true, std::memory_order_release);
     }
@@ -210,9 +218,13 @@ class BlockTable {
   static constexpr std::uint32_t BASE = 256;
   static constexpr std::size_t MAX_CHUNKS = 24;  // BASE * (2^24 - 1) > MAX_PER_SHARD
 
+  /// The end of a free list.
+  static constexpr std::uint32_t NONE = 0xffffffffu;
+
   struct alignas(64) Slot {
     std::atomic<std::uint64_t> tag{0};  // generation << 1 | live
     mutable detail::SpinLock mu;        // guards the rest while the block is live
+    std::uint32_t next_free = NONE;     // while free: the next slot of its free list
     std::uint64_t ptr = 0;
     std::size_t bytes = 0;
     Entry entry{};
@@ -226,6 +238,7 @@ class BlockTable {
   }
   /// The chunk of a local index, and the offset in it.
   static constexpr std::pair<std::size_t, std::uint32_t> locate(std::uint32_t local) noexcept {
+    if (local < BASE) [[likely]] return {0, local};
     const auto k = static_cast<std::size_t>(std::bit_width(local / BASE + 1) - 1);
     return {k, local - BASE * ((1u << k) - 1)};
   }
@@ -236,18 +249,19 @@ class BlockTable {
   }
 
   struct alignas(64) Shard {
-    // Read by every lookup; written when the shard grows.
-    std::array<std::atomic<Slot*>, MAX_CHUNKS> chunks{};
+    // Read by every lookup (the first chunks share this line); written when the shard grows.
+    std::uint32_t owner = 0;             // the table's owner_, here so lookups need no other line
     std::atomic<std::uint32_t> used{0};  // slots made (published after they are)
+    std::array<std::atomic<Slot*>, MAX_CHUNKS> chunks{};
     // The inserting side: the owner (without a lock), or for the shared shard whoever
     // holds `mu`.
-    alignas(64) std::vector<std::uint32_t> local;  // free slots the owner freed itself
-    std::uint32_t grown = 0;                        // slots made (== used)
-    std::atomic<std::size_t> added{0};              // bytes inserted
-    std::atomic<std::size_t> freed_local{0};        // bytes freed into `local`
+    alignas(64) std::uint32_t local = NONE;   // free slots the owner freed itself
+    std::uint32_t grown = 0;                  // slots made (== used)
+    std::atomic<std::size_t> added{0};        // bytes inserted
+    std::atomic<std::size_t> freed_local{0};  // bytes freed into `local`
     // The others' side, under `mu`.
     alignas(64) detail::SpinLock mu;
-    std::vector<std::uint32_t> remote;  // free slots freed by other threads
+    std::uint32_t remote = NONE;  // free slots freed by other threads
     std::atomic<std::size_t> freed_remote{0};
     std::atomic<bool> has_remote{false};
 
@@ -255,39 +269,28 @@ class BlockTable {
       const auto [k, off] = locate(local_index);
       return chunks[k].load(std::memory_order_acquire) + off;
     }
-    /// By the inserting side: a free slot from `list`, else a new one.
-    result<void> take(std::vector<std::uint32_t>& list, std::uint32_t& out, bool locked) noexcept {
-      if (!list.empty()) {
-        out = list.back();
-        list.pop_back();
+    /// By the inserting side: a free slot from the list whose head is `list`, else a new one.
+    result<void> take(std::uint32_t& list, std::uint32_t& out) noexcept {
+      if (list != NONE) {
+        out = list;
+        list = at(out)->next_free;
         return ok();
       }
-      if (auto r = grow(locked); !r) return r;
+      if (auto r = grow(); !r) return r;
       out = grown++;
       used.store(grown, std::memory_order_release);
       return ok();
     }
-    /// By the inserting side (`locked`: holding mu): makes sure slot `grown` exists, and
-    /// that each free list can take every slot made without allocating.
-    result<void> grow(bool locked) noexcept {
+    /// By the inserting side: makes sure slot `grown` exists.
+    result<void> grow() noexcept {
       if (grown >= MAX_PER_SHARD) {
         return error{errc::out_of_memory, "the block table is full: " + std::to_string(MAX_PER_SHARD) +
                                               " live blocks in one shard"};
       }
       const auto [k, off] = locate(grown);
       if (off != 0) return ok();
-      const std::size_t n = std::size_t{BASE} << k;
-      Slot* c = new (std::nothrow) Slot[n];
+      Slot* c = new (std::nothrow) Slot[std::size_t{BASE} << k];
       if (c == nullptr) return error{errc::out_of_memory, "host memory exhausted growing the block table"};
-      try {
-        local.reserve(std::size_t{grown} + n);
-        std::unique_lock<detail::SpinLock> lock(mu, std::defer_lock);
-        if (!locked) lock.lock();
-        remote.reserve(std::size_t{grown} + n);
-      } catch (...) {
-        delete[] c;
-        return error{errc::out_of_memory, "host memory exhausted growing the block table"};
-      }
       chunks[k].store(c, std::memory_order_release);
       return ok();
     }
@@ -304,11 +307,12 @@ class BlockTable {
   /// The calling thread's shard: its own while its ticket is below OWNED, else the shared one.
   static std::uint32_t home_shard() noexcept { return detail::owned_slot(OWNED); }
 
-  /// The slot `id` names, or nullptr when its chunk has not been made. A slot of a made
-  /// chunk that the shard has not handed out yet reads as dead (tag 0), so lookups refuse
-  /// it without reading `used`, a line of its own (lookup_error tells the two apart).
+  /// The slot `id` names, or nullptr when `id` is another table's or its chunk has not
+  /// been made. A slot of a made chunk that the shard has not handed out yet reads as dead
+  /// (tag 0), so lookups refuse it without reading `used` (lookup_error tells the two apart).
   const Slot* slot_of(BlockId id) const noexcept {
     const Shard& s = shards_[id.index & (SHARDS - 1)];
+    if (id.owner != s.owner) [[unlikely]] return nullptr;
     const auto [k, off] = locate(id.index >> SHARD_BITS);
     const Slot* chunk = s.chunks[k].load(std::memory_order_acquire);
     return chunk == nullptr ? nullptr : chunk + off;
@@ -318,7 +322,6 @@ class BlockTable {
   /// that the caller must release (the lock object unlocks what it holds).
   [[gnu::always_inline]] std::optional<error> find(BlockId id, Lookup why, const DeviceBlock* block, Slot*& slot,
                             std::unique_lock<detail::SpinLock>& lock) noexcept {
-    if (id.owner != owner_) [[unlikely]] return lookup_error(id, why, nullptr);
     slot = const_cast<Slot*>(slot_of(id));
     if (slot == nullptr) [[unlikely]] return lookup_error(id, why, nullptr);
     lock = std::unique_lock(slot->mu);
