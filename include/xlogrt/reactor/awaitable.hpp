@@ -11,7 +11,10 @@
 // it: see Reactor's notes on what completion code may do), or on an executor the caller
 // names, whose post() receives the coroutine handle.
 //
-// The awaiter is its own waiter node: co_await allocates nothing.
+// The awaiter is its own waiter node: co_await allocates nothing. The coroutine's frame
+// is the caller's: one started per wait and finished on the scanner is malloc'd on one
+// thread and freed on another, which costs more than the wait itself at the tail (see
+// docs/design-notes.md); give such frames a pool, or loop over waits in one coroutine.
 
 #include <concepts>
 #include <coroutine>
