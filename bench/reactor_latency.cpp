@@ -293,16 +293,14 @@ struct Bench {
             break;
           case R_CORO:
           case R_CORO_IDLE:
-            t0 = Clock::now();
-            op(0, 3);
-            co_stamp(*reactor_flags, StreamId{0}, st);
-            ta = Clock::now();
-            t1 = st.wait();
-            break;
           case R_CORO_RECYCLED:
             t0 = Clock::now();
             op(0, 3);
-            co_stamp_recycled(*reactor_flags, StreamId{0}, st);
+            if (v == R_CORO_RECYCLED) {
+              co_stamp_recycled(*reactor_flags, StreamId{0}, st);
+            } else {
+              co_stamp(*reactor_flags, StreamId{0}, st);
+            }
             ta = Clock::now();
             t1 = st.wait();
             break;
