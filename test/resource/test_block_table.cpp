@@ -2,7 +2,8 @@
 // BlockTable on its own: ids name exactly their block (stale, freed, foreign and forged ids
 // are refused), slots are reused with new generations, growth across chunks keeps every
 // id valid, and the lock-free peek never reads another block's entry, under threads that
-// insert, free and peek at once (run under TSan in CI).
+// insert, free and peek at once (run under TSan in CI), and no two live blocks share a
+// slot however the threads hand blocks to each other.
 
 #include <catch2/catch.hpp>
 
@@ -243,4 +244,78 @@ TEST_CASE("block table: blocks freed by other threads come back to their shard's
   CHECK(t.live_bytes() == 0);
   // Freed slots were reused: far fewer slots were made than blocks allocated.
   CHECK(max_index.load() < std::uint64_t{per_producer} / 2);
+}
+
+TEST_CASE("block table: every live block has a slot of its own, with more threads than owned shards",
+          "[block_table]") {
+  // 40 threads: 31 own a shard, the rest share the last one. Each inserts a batch, hands
+  // every other block to its neighbour to free (the remote lists), checks that each of
+  // its blocks still reads its own token, and frees the rest. A corrupt free list would
+  // hand one slot to two live blocks, and one of them would read the other's token.
+  BlockTable<Token> t;
+  constexpr int threads = 40, rounds = 300, batch = 24;
+  std::vector<std::mutex> mu(threads);
+  std::vector<std::vector<BlockId>> inbox(threads);
+  std::atomic<std::uint64_t> wrong{0}, failed{0};
+  std::atomic<int> running{threads};
+  std::vector<std::thread> ts;
+  for (int me = 0; me < threads; ++me) {
+    ts.emplace_back([&, me] {
+      auto drain = [&] {
+        std::vector<BlockId> got;
+        {
+          std::lock_guard lock(mu[me]);
+          got.swap(inbox[me]);
+        }
+        for (BlockId id : got) {
+          if (!t.erase_if(id, nullptr, [](Token&) { return ok(); })) failed.fetch_add(1);
+        }
+      };
+      for (int r = 0; r < rounds; ++r) {
+        std::vector<std::pair<BlockId, std::uint64_t>> mine;
+        for (int i = 0; i < batch; ++i) {
+          const std::uint64_t token = (std::uint64_t(me) << 32) | std::uint64_t(r * batch + i + 1);
+          auto id = t.insert(0x1000, 8, Token{token});
+          if (!id) {
+            failed.fetch_add(1);
+            continue;
+          }
+          mine.emplace_back(*id, token);
+        }
+        for (auto& [id, token] : mine) {
+          const auto want = token;
+          if (!t.with(id, Lookup::use, [&](Token& e) {
+                if (e.value.load(std::memory_order_relaxed) != want) wrong.fetch_add(1);
+                return ok();
+              })) {
+            failed.fetch_add(1);
+          }
+        }
+        for (std::size_t i = 0; i < mine.size(); ++i) {
+          if (i % 2 == 0) {
+            std::lock_guard lock(mu[(me + 1) % threads]);
+            inbox[(me + 1) % threads].push_back(mine[i].first);
+          } else if (!t.erase_if(mine[i].first, nullptr, [](Token&) { return ok(); })) {
+            failed.fetch_add(1);
+          }
+        }
+        drain();
+      }
+      running.fetch_sub(1);
+      while (running.load() != 0) {
+        drain();
+        std::this_thread::yield();
+      }
+      drain();
+    });
+  }
+  for (auto& th : ts) th.join();
+  for (int me = 0; me < threads; ++me) {  // what was handed over after its owner's last drain
+    for (BlockId id : inbox[me]) {
+      if (!t.erase_if(id, nullptr, [](Token&) { return ok(); })) failed.fetch_add(1);
+    }
+  }
+  CHECK(wrong.load() == 0);
+  CHECK(failed.load() == 0);
+  CHECK(t.live_bytes() == 0);
 }
