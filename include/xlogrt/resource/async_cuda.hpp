@@ -332,12 +332,7 @@ class AsyncCuda {
     /// Release: pairs with reap_pending's acquire (the free was queued before this).
     void count_queued(std::uint32_t stream, std::uint64_t bytes) noexcept {
       const std::uint32_t row = detail::owned_slot(OWNED_ROWS);
-      std::atomic<std::uint64_t>& c = rows[row].bytes[stream];
-      if (row < OWNED_ROWS) {
-        c.store(c.load(std::memory_order_relaxed) + bytes, std::memory_order_release);
-      } else {
-        c.fetch_add(bytes, std::memory_order_release);
-      }
+      detail::owned_add(rows[row].bytes[stream], bytes, std::memory_order_release, row < OWNED_ROWS);
     }
     /// The bytes queued on `stream` so far, by every thread.
     std::uint64_t queued(std::size_t stream, std::memory_order order) const noexcept {

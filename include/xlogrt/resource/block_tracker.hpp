@@ -245,7 +245,7 @@ class BlockTable {
 
   /// Adds to a counter that only one thread writes at a time.
   static void add(std::atomic<std::size_t>& c, std::size_t n) noexcept {
-    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    (void)detail::owned_add(c, n, std::memory_order_relaxed, true);
   }
 
   struct alignas(64) Shard {

@@ -143,7 +143,7 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     const std::uint32_t i = st.index(tag);
     Entry& e = stripe[i];
     if (!b) {
-      add(e.failed, 1, std::memory_order_relaxed, owned);
+      detail::owned_add(e.failed, 1, std::memory_order_relaxed, owned);
       return b;
     }
     const std::size_t n = b->bytes();
@@ -152,10 +152,10 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     const std::int64_t live_all = all.allocated(n, owned);
     raise_mark(e, st.shared[i], live);
     raise_mark(all, st.shared[st.slots + 1], live_all);
-    if (add(e.allocations, 1, std::memory_order_relaxed, owned) % EPOCH == EPOCH - 1) {
+    if (detail::owned_add(e.allocations, 1, std::memory_order_relaxed, owned) % EPOCH == EPOCH - 1) {
       lower_mark(e, st.shared[i], live);
     }
-    if (add(all.allocations, 1, std::memory_order_relaxed, owned) % EPOCH == EPOCH - 1) {
+    if (detail::owned_add(all.allocations, 1, std::memory_order_relaxed, owned) % EPOCH == EPOCH - 1) {
       lower_mark(all, st.shared[st.slots + 1], live_all);
     }
     return b;
@@ -174,8 +174,8 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     Entry& all = stripe[st.slots + 1];
     const std::int64_t live_all = all.freed(n, owned);
     const std::int64_t live = e.freed(n, owned);
-    if (add(e.frees, 1, std::memory_order_release, owned) % EPOCH == EPOCH - 1) lower_mark(e, st.shared[i], live);
-    if (add(all.frees, 1, std::memory_order_relaxed, owned) % EPOCH == EPOCH - 1) {
+    if (detail::owned_add(e.frees, 1, std::memory_order_release, owned) % EPOCH == EPOCH - 1) lower_mark(e, st.shared[i], live);
+    if (detail::owned_add(all.frees, 1, std::memory_order_relaxed, owned) % EPOCH == EPOCH - 1) {
       lower_mark(all, st.shared[st.slots + 1], live_all);
     }
     return r;
@@ -238,18 +238,6 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
   const Upstream& upstream() const noexcept { return up_; }
 
  private:
-  /// Adds `n` to `a` and returns the old value: a load and a store on a stripe only this
-  /// thread writes (`owned`), a read-modify-write on a shared one.
-  template <class T>
-  static T add(std::atomic<T>& a, std::type_identity_t<T> n, std::memory_order order, bool owned) noexcept {
-    if (owned) {
-      const T v = a.load(std::memory_order_relaxed);
-      a.store(v + n, order);
-      return v;
-    }
-    return a.fetch_add(n, order);
-  }
-
   /// One tag (or all tags) in one stripe. Sizes wrap: a stripe that frees blocks
   /// allocated in another has freed more than it allocated; the sums are exact.
   struct alignas(64) Entry {
@@ -264,7 +252,7 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     static std::int64_t live_of(std::size_t a, std::size_t f) noexcept { return static_cast<std::int64_t>(a - f); }
     /// Counts an allocation; returns the stripe's live bytes after it.
     std::int64_t allocated(std::size_t n, bool owned) noexcept {
-      const std::size_t a = add(allocated_bytes, n, std::memory_order_relaxed, owned) + n;
+      const std::size_t a = detail::owned_add(allocated_bytes, n, std::memory_order_relaxed, owned) + n;
       const std::int64_t live = live_of(a, freed_bytes.load(std::memory_order_relaxed));
       std::int64_t h = high.load(std::memory_order_relaxed);
       while (live > h && !high.compare_exchange_weak(h, live, std::memory_order_relaxed)) {
@@ -273,7 +261,7 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     }
     /// Counts a free (release: see the class comment); returns the live bytes after it.
     std::int64_t freed(std::size_t n, bool owned) noexcept {
-      const std::size_t f = add(freed_bytes, n, std::memory_order_release, owned) + n;
+      const std::size_t f = detail::owned_add(freed_bytes, n, std::memory_order_release, owned) + n;
       return live_of(allocated_bytes.load(std::memory_order_relaxed), f);
     }
   };

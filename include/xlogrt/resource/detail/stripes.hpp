@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace xlogrt::detail {
 
@@ -88,6 +89,19 @@ inline std::uint32_t thread_ticket() noexcept {
 inline std::uint32_t owned_slot(std::uint32_t owned) noexcept {
   const std::uint32_t t = thread_ticket();
   return t < owned ? t : owned;
+}
+
+/// Adds `n` to `a` and returns the old value: a load and a store when the calling thread
+/// is the only one that writes `a` (`owned`: its owned_slot, or a slot written under a
+/// lock), a read-modify-write otherwise.
+template <class T>
+T owned_add(std::atomic<T>& a, std::type_identity_t<T> n, std::memory_order order, bool owned) noexcept {
+  if (owned) {
+    const T v = a.load(std::memory_order_relaxed);
+    a.store(v + n, order);
+    return v;
+  }
+  return a.fetch_add(n, order);
 }
 
 /// The calling thread's stripe among `stripes` (a power of two).
