@@ -94,6 +94,17 @@ class error {
   errc code_;
 };
 
+namespace detail {
+// An error's move and destruction, kept out of line: results are moved and dropped on
+// every allocator call, and the success path should carry only a flag test, not a
+// string's move or free inlined beside it (which spread the hot code over more cache
+// lines and, once GCC gave up inlining the destructor, cost a call per result).
+[[gnu::cold, gnu::noinline]] inline void move_error(error* to, error& from) noexcept {
+  std::construct_at(to, std::move(from));
+}
+[[gnu::cold, gnu::noinline]] inline void destroy_error(error& e) noexcept { e.~error(); }
+}  // namespace detail
+
 /// Either a T or an error. Converts implicitly from both, so a function returns
 /// `value` or `error{...}` alike; `if (!r) return r.error();` propagates.
 ///
@@ -130,14 +141,14 @@ class [[nodiscard]] result {
       has_ = false;
     }
   }
-  result(result&& o) noexcept(std::is_nothrow_move_constructible_v<T>)
+  [[gnu::always_inline]] result(result&& o) noexcept(std::is_nothrow_move_constructible_v<T>)
     requires std::is_move_constructible_v<T>
   {
     if (o.has_) [[likely]] {
       std::construct_at(std::addressof(value_), std::move(o.value_));
       has_ = true;
     } else [[unlikely]] {
-      std::construct_at(std::addressof(err_), std::move(o.err_));
+      detail::move_error(std::addressof(err_), o.err_);
       has_ = false;
     }
   }
@@ -176,11 +187,11 @@ class [[nodiscard]] result {
     return *this;
   }
 
-  ~result() {
+  [[gnu::always_inline]] ~result() {
     if (has_) [[likely]] {
       if constexpr (!std::is_trivially_destructible_v<T>) value_.~T();
     } else [[unlikely]] {
-      err_.~error();
+      detail::destroy_error(err_);
     }
   }
 
@@ -255,9 +266,9 @@ class [[nodiscard]] result<void> {
       has_ = false;
     }
   }
-  result(result&& o) noexcept : has_(true) {
+  [[gnu::always_inline]] result(result&& o) noexcept : has_(true) {
     if (!o.has_) [[unlikely]] {
-      std::construct_at(std::addressof(err_), std::move(o.err_));
+      detail::move_error(std::addressof(err_), o.err_);
       has_ = false;
     }
   }
@@ -289,8 +300,8 @@ class [[nodiscard]] result<void> {
     }
     return *this;
   }
-  ~result() {
-    if (!has_) [[unlikely]] err_.~error();
+  [[gnu::always_inline]] ~result() {
+    if (!has_) [[unlikely]] detail::destroy_error(err_);
   }
 
   bool has_value() const noexcept { return has_; }

@@ -29,7 +29,7 @@ template <class D>
 /// and the pool; returns the driver stream.
 /// Errors: zero_bytes, too_large (more than the device has in all), unknown_stream.
 template <class D>
-result<typename D::stream_t> check_request(const StreamPool<D>& streams, std::size_t device_bytes,
+[[gnu::always_inline]] inline result<typename D::stream_t> check_request(const StreamPool<D>& streams, std::size_t device_bytes,
                                            std::size_t bytes, StreamId stream) noexcept {
   if (bytes == 0 || bytes > device_bytes) [[unlikely]] {
     return request_error(streams, bytes, stream);
@@ -46,7 +46,7 @@ result<typename D::stream_t> check_request(const StreamPool<D>& streams, std::si
 
 /// Checks that `b` may be handed back to a resource of `ordinal`.
 /// Errors: empty_block (moved-from or default), foreign_block (another ordinal).
-inline result<void> check_block(const DeviceBlock& b, std::uint32_t ordinal) noexcept {
+[[gnu::always_inline]] inline result<void> check_block(const DeviceBlock& b, std::uint32_t ordinal) noexcept {
   if (b.empty() || b.device_ordinal() != ordinal) [[unlikely]] return block_error(b, ordinal);
   return ok();
 }

@@ -54,6 +54,21 @@ inline TicketBook& ticket_book() noexcept {
   return book;
 }
 
+/// The first call's work: takes a ticket and arranges its return at thread exit.
+[[gnu::cold, gnu::noinline]] inline std::uint32_t take_thread_ticket(std::uint32_t& mine) noexcept {
+  mine = ticket_book().take();
+  struct Returner {
+    std::uint32_t* t;
+    ~Returner() {
+      ticket_book().give(*t);
+      *t = RETIRED_TICKET;
+    }
+  };
+  thread_local Returner returner{&mine};
+  (void)returner;
+  return mine;
+}
+
 /// The calling thread's ticket: taken on its first call, given back when the thread
 /// exits. Live threads hold distinct tickets, and threads started one after another
 /// while others exit reuse the small ones; so a striped structure can give each ticket
@@ -64,21 +79,11 @@ inline TicketBook& ticket_book() noexcept {
 /// ticket continues from them, so sums stay exact.
 ///
 /// Thread-safe; lock-free.
-inline std::uint32_t thread_ticket() noexcept {
-  // Trivially destructible, so still readable after the returner below has run.
-  thread_local std::uint32_t mine = RETIRED_TICKET + 1;  // not taken yet
-  if (mine == RETIRED_TICKET + 1) [[unlikely]] {
-    mine = ticket_book().take();
-    struct Returner {
-      std::uint32_t* t;
-      ~Returner() {
-        ticket_book().give(*t);
-        *t = RETIRED_TICKET;
-      }
-    };
-    thread_local Returner returner{&mine};
-    (void)returner;
-  }
+[[gnu::always_inline]] inline std::uint32_t thread_ticket() noexcept {
+  // Trivially destructible and constant-initialised (a plain TLS load, no init guard),
+  // so still readable after the returner above has run.
+  thread_local constinit std::uint32_t mine = RETIRED_TICKET + 1;  // not taken yet
+  if (mine == RETIRED_TICKET + 1) [[unlikely]] return take_thread_ticket(mine);
   return mine;
 }
 
@@ -86,7 +91,7 @@ inline std::uint32_t thread_ticket() noexcept {
 /// that is below `owned`, else `owned` (the one slot the other threads share). Slot
 /// `ticket` is written by one live thread only; slot `owned` needs read-modify-writes or
 /// a lock.
-inline std::uint32_t owned_slot(std::uint32_t owned) noexcept {
+[[gnu::always_inline]] inline std::uint32_t owned_slot(std::uint32_t owned) noexcept {
   const std::uint32_t t = thread_ticket();
   return t < owned ? t : owned;
 }
@@ -95,7 +100,7 @@ inline std::uint32_t owned_slot(std::uint32_t owned) noexcept {
 /// is the only one that writes `a` (`owned`: its owned_slot, or a slot written under a
 /// lock), a read-modify-write otherwise.
 template <class T>
-T owned_add(std::atomic<T>& a, std::type_identity_t<T> n, std::memory_order order, bool owned) noexcept {
+[[gnu::always_inline]] inline T owned_add(std::atomic<T>& a, std::type_identity_t<T> n, std::memory_order order, bool owned) noexcept {
   if (owned) {
     const T v = a.load(std::memory_order_relaxed);
     a.store(v + n, order);
