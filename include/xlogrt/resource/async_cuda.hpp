@@ -276,10 +276,10 @@ class AsyncCuda {
     /// must wait for), stopping at the first error.
     template <class F>
     [[gnu::always_inline]] result<void> for_each_other(F&& f) {
-      if (write.stream != alloc_stream) {
+      if (write.stream != alloc_stream) [[unlikely]] {
         if (auto r = f(write); !r) return r;
       }
-      if (!spilled) return ok();
+      if (!spilled) [[likely]] return ok();
       for (Use& r : reads) {
         if (r.stream == alloc_stream) continue;
         if (auto e = f(r); !e) return e;
@@ -297,10 +297,14 @@ class AsyncCuda {
         pool.release(u.event);
       }
     }
-    void release_events(EventPool<D>& pool) noexcept {
-      if (write.has_event) pool.release(write.event);
+    // Inlined into deallocate: a block used on one stream holds no event, and the rest
+    // is out of line, away from the free's hot code.
+    [[gnu::always_inline]] void release_events(EventPool<D>& pool) noexcept {
+      if (write.has_event) [[unlikely]] pool.release(write.event);
       write = Use{};
-      if (!spilled) return;
+      if (spilled) [[unlikely]] release_spilled(pool);
+    }
+    [[gnu::noinline]] void release_spilled(EventPool<D>& pool) noexcept {
       for (Use& r : reads) {
         if (r.has_event) pool.release(r.event);
       }
