@@ -10,7 +10,7 @@
 // On a machine without a GPU it runs on SimDriver and says so: those figures measure the
 // simulator, not a GPU.
 //
-// usage: alloc_pair [rounds=300] [pairs-per-sample=32]
+// usage: alloc_pair [rounds=300] [pairs-per-sample=32] [--no-threads]
 
 #include <xlogrt/runtime.hpp>
 
@@ -157,8 +157,16 @@ struct Variant {
   int alt = -1;  // a second baseline (the other stream-ordered call), or none
 };
 
+/// Prints the failed calls; non-zero when any failed (the figures are then void).
+int report_failures() {
+  const long raw_failed = raw_failures.load(), ours_failed = wrapper_failures.load();
+  std::printf("\nfailed calls: %ld raw, %ld wrapper pairs%s\n", raw_failed, ours_failed,
+              raw_failed + ours_failed != 0 ? " -- the figures above are void" : "");
+  return raw_failed + ours_failed != 0 ? 1 : 0;
+}
+
 template <class D>
-int run_bench(D& drv, const char* where, int rounds, int pairs) {
+int run_bench(D& drv, const char* where, int rounds, int pairs, bool threads_too) {
   auto dev = Device<D>::open(drv, 0);
   if (!dev) return std::printf("open: %s\n", dev.error().what().c_str()), 1;
   auto streams = StreamPool<D>::create(*dev, 16);
@@ -225,21 +233,34 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
         v.settle();
       }
     }
+    // Two estimates of each ratio: the ratio of the medians, and the median of the
+    // per-round ratios (each sample against its baseline's sample of the same round,
+    // taken within a few microseconds of it), which cancels the host's slower drifts
+    // (the raw pair itself has moved between 0.6 and 1.3 us within one run).
     std::printf("## %zu bytes\n\n| variant | median ns/pair | p99 ns/pair | ratio to raw (median) "
-                "| ratio to raw cuMemAllocAsync |\n|---|---|---|---|---|\n",
+                "| paired ratio (median per round) | ratio to raw cuMemAllocAsync |\n|---|---|---|---|---|---|\n",
                 bytes);
     std::vector<Summary> sums;
     for (auto& v : vs) sums.push_back(summarize(v.ns));
+    const auto paired = [&](const Variant& v, const Variant& base) {
+      std::vector<double> r(v.ns.size());
+      for (std::size_t k = 0; k < r.size(); ++k) r[k] = v.ns[k] / base.ns[k];
+      return summarize(std::move(r)).median;
+    };
     for (std::size_t i = 0; i < vs.size(); ++i) {
-      char alt[16] = "";
+      const auto base = static_cast<std::size_t>(vs[i].baseline);
+      char alt[16] = "", pair[16] = "";
       if (vs[i].alt >= 0) {
         std::snprintf(alt, sizeof alt, "%.3f", sums[i].median / sums[static_cast<std::size_t>(vs[i].alt)].median);
       }
-      std::printf("| %s | %.0f | %.0f | %.3f | %s |\n", vs[i].name.c_str(), sums[i].median, sums[i].p99,
-                  sums[i].median / sums[static_cast<std::size_t>(vs[i].baseline)].median, alt);
+      if (base != i) std::snprintf(pair, sizeof pair, "%.3f", paired(vs[i], vs[base]));
+      std::printf("| %s | %.0f | %.0f | %.3f | %s | %s |\n", vs[i].name.c_str(), sums[i].median, sums[i].p99,
+                  sums[i].median / sums[base].median, pair, alt);
     }
     std::printf("\n");
   }
+
+  if (!threads_too) return report_failures();
 
   // Scaling: T threads, each allocating and freeing 64 KiB on its own stream. The raw,
   // AsyncCuda and "raw + host work" runs alternate, REPS times each, and each reports its
@@ -303,10 +324,7 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
     std::printf("| %d | %.0f | %.0f | %.3f | %.0f | %.3f |\n", threads, raw_rate, ours, ours / raw_rate, worked,
                 worked / raw_rate);
   }
-  const long raw_failed = raw_failures.load(), ours_failed = wrapper_failures.load();
-  std::printf("\nfailed calls: %ld raw, %ld wrapper pairs%s\n", raw_failed, ours_failed,
-              raw_failed + ours_failed != 0 ? " -- the figures above are void" : "");
-  return raw_failed + ours_failed != 0 ? 1 : 0;
+  return report_failures();
 }
 
 }  // namespace
@@ -314,9 +332,10 @@ int run_bench(D& drv, const char* where, int rounds, int pairs) {
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 300;
   const int pairs = argc > 2 ? std::atoi(argv[2]) : 32;
-  if (auto cuda = CudaDriver::open()) return run_bench(**cuda, "the GPU (CudaDriver)", rounds, pairs);
+  const bool threads_too = !(argc > 3 && std::string(argv[3]) == "--no-threads");
+  if (auto cuda = CudaDriver::open()) return run_bench(**cuda, "the GPU (CudaDriver)", rounds, pairs, threads_too);
   else std::printf("no GPU here (%s): measuring SimDriver, figures are the simulator's\n", cuda.error().what().c_str());
   auto sim = SimDriver::open();
   if (!sim) return std::printf("SimDriver: %s\n", sim.error().what().c_str()), 1;
-  return run_bench(**sim, "SimDriver", rounds, pairs);
+  return run_bench(**sim, "SimDriver", rounds, pairs, threads_too);
 }

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <new>
 #include <string>
@@ -48,7 +49,7 @@ static_assert(sizeof(CUdeviceptr) == sizeof(std::uint64_t), "CUdeviceptr must be
 ///
 /// Thread-safe. (The function table is immutable after open(); libcuda is thread-safe.
 /// ctx_make_current changes the calling thread's current context only.)
-class CudaDriver {
+class alignas(64) CudaDriver {
  public:
   using device_t = CUdevice;
   using context_t = CUcontext;
@@ -104,7 +105,7 @@ class CudaDriver {
 
   /// cuDeviceGetCount.
   result<int> device_count() const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceGetCount");
+    if (exiting_now()) [[unlikely]] return exiting("cuDeviceGetCount");
     int n = 0;
     if (const CUresult s = api_.cuDeviceGetCount_(&n); s != CUDA_SUCCESS) [[unlikely]] {
       return failure(s, "cuDeviceGetCount");
@@ -115,7 +116,7 @@ class CudaDriver {
   /// cuDeviceGet. An ordinal out of range fails with CUDA_ERROR_INVALID_DEVICE
   /// (errc::no_device).
   result<CUdevice> device_get(int ordinal) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceGet");
+    if (exiting_now()) [[unlikely]] return exiting("cuDeviceGet");
     CUdevice dev = 0;
     if (const CUresult s = api_.cuDeviceGet_(&dev, ordinal); s != CUDA_SUCCESS) [[unlikely]] {
       return failure(s, "cuDeviceGet");
@@ -125,7 +126,7 @@ class CudaDriver {
 
   /// cuDeviceGetName ("NVIDIA H200").
   result<std::string> device_name(CUdevice dev) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceGetName");
+    if (exiting_now()) [[unlikely]] return exiting("cuDeviceGetName");
     char name[256] = {};
     if (const CUresult s = api_.cuDeviceGetName_(name, static_cast<int>(sizeof name) - 1, dev);
         s != CUDA_SUCCESS) [[unlikely]] {
@@ -136,7 +137,7 @@ class CudaDriver {
 
   /// cuDeviceTotalMem (the _v2 variant: size_t bytes).
   result<std::size_t> device_total_mem(CUdevice dev) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceTotalMem");
+    if (exiting_now()) [[unlikely]] return exiting("cuDeviceTotalMem");
     std::size_t bytes = 0;
     if (const CUresult s = api_.cuDeviceTotalMem_(&bytes, dev); s != CUDA_SUCCESS) [[unlikely]] {
       return failure(s, "cuDeviceTotalMem");
@@ -153,7 +154,7 @@ class CudaDriver {
   /// operations, which need a kernel module parameter, and is 0 on most machines.)
   /// An attr outside DeviceAttr gives errc::invalid_argument.
   result<int> device_attribute(CUdevice dev, DeviceAttr attr) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceGetAttribute");
+    if (exiting_now()) [[unlikely]] return exiting("cuDeviceGetAttribute");
     CUdevice_attribute a{};
     bool always_one = false;
     switch (attr) {
@@ -192,7 +193,7 @@ class CudaDriver {
 
   /// cuDevicePrimaryCtxRetain. Balance with primary_ctx_release.
   result<CUcontext> primary_ctx_retain(CUdevice dev) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuDevicePrimaryCtxRetain");
+    if (exiting_now()) [[unlikely]] return exiting("cuDevicePrimaryCtxRetain");
     CUcontext ctx = nullptr;
     if (const CUresult s = api_.cuDevicePrimaryCtxRetain_(&ctx, dev); s != CUDA_SUCCESS)
         [[unlikely]] {
@@ -210,7 +211,7 @@ class CudaDriver {
   /// cuCtxSetCurrent only when another context (or none) is current, so calling it
   /// before every operation is cheap.
   result<void> ctx_make_current(CUcontext ctx) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuCtxGetCurrent");
+    if (exiting_now()) [[unlikely]] return exiting("cuCtxGetCurrent");
     CUcontext current = nullptr;
     if (const CUresult s = api_.cuCtxGetCurrent_(&current); s != CUDA_SUCCESS) [[unlikely]] {
       return failure(s, "cuCtxGetCurrent");
@@ -224,7 +225,7 @@ class CudaDriver {
 
   /// cuMemGetInfo (_v2) of the current context's device.
   result<MemInfo> mem_get_info() const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuMemGetInfo");
+    if (exiting_now()) [[unlikely]] return exiting("cuMemGetInfo");
     MemInfo info;
     if (const CUresult s = api_.cuMemGetInfo_(&info.free, &info.total); s != CUDA_SUCCESS)
         [[unlikely]] {
@@ -238,7 +239,7 @@ class CudaDriver {
   /// cuStreamCreate(CU_STREAM_NON_BLOCKING): the stream does not synchronise with the
   /// legacy default stream.
   result<CUstream> stream_create() const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuStreamCreate");
+    if (exiting_now()) [[unlikely]] return exiting("cuStreamCreate");
     CUstream s = nullptr;
     if (const CUresult r = api_.cuStreamCreate_(&s, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS)
         [[unlikely]] {
@@ -259,7 +260,7 @@ class CudaDriver {
 
   /// cuStreamQuery: true when all enqueued work is done, false on CUDA_ERROR_NOT_READY.
   result<bool> stream_query(CUstream s) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuStreamQuery");
+    if (exiting_now()) [[unlikely]] return exiting("cuStreamQuery");
     const CUresult r = api_.cuStreamQuery_(s);
     if (r == CUDA_SUCCESS) return true;
     if (r == CUDA_ERROR_NOT_READY) return false;
@@ -273,7 +274,7 @@ class CudaDriver {
 
   /// cuEventCreate(CU_EVENT_DISABLE_TIMING).
   result<CUevent> event_create() const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuEventCreate");
+    if (exiting_now()) [[unlikely]] return exiting("cuEventCreate");
     CUevent e = nullptr;
     if (const CUresult r = api_.cuEventCreate_(&e, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS)
         [[unlikely]] {
@@ -294,7 +295,7 @@ class CudaDriver {
 
   /// cuEventQuery: true when reached, false on CUDA_ERROR_NOT_READY.
   result<bool> event_query(CUevent e) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuEventQuery");
+    if (exiting_now()) [[unlikely]] return exiting("cuEventQuery");
     const CUresult r = api_.cuEventQuery_(e);
     if (r == CUDA_SUCCESS) return true;
     if (r == CUDA_ERROR_NOT_READY) return false;
@@ -310,7 +311,7 @@ class CudaDriver {
 
   /// cuDeviceGetDefaultMemPool.
   result<CUmemoryPool> device_default_mempool(CUdevice dev) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuDeviceGetDefaultMemPool");
+    if (exiting_now()) [[unlikely]] return exiting("cuDeviceGetDefaultMemPool");
     CUmemoryPool pool = nullptr;
     if (const CUresult s = api_.cuDeviceGetDefaultMemPool_(&pool, dev); s != CUDA_SUCCESS)
         [[unlikely]] {
@@ -332,7 +333,7 @@ class CudaDriver {
   /// this call.
   result<std::uint64_t> mem_alloc_async(std::size_t bytes, CUmemoryPool pool,
                                         CUstream s) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuMemAllocFromPoolAsync");
+    if (exiting_now()) [[unlikely]] return exiting("cuMemAllocFromPoolAsync");
     CUdeviceptr p = 0;
     if (const CUresult r = api_.cuMemAllocFromPoolAsync_(&p, bytes, pool, s); r != CUDA_SUCCESS)
         [[unlikely]] {
@@ -348,7 +349,7 @@ class CudaDriver {
 
   /// cuMemAlloc (_v2), synchronous.
   result<std::uint64_t> mem_alloc(std::size_t bytes) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuMemAlloc");
+    if (exiting_now()) [[unlikely]] return exiting("cuMemAlloc");
     CUdeviceptr p = 0;
     if (const CUresult r = api_.cuMemAlloc_(&p, bytes); r != CUDA_SUCCESS) [[unlikely]] {
       return failure(r, "cuMemAlloc");
@@ -364,7 +365,7 @@ class CudaDriver {
   /// cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE): page-locked
   /// host memory, mapped into the device address space, usable from every context.
   result<void*> mem_host_alloc_mapped(std::size_t bytes) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuMemHostAlloc");
+    if (exiting_now()) [[unlikely]] return exiting("cuMemHostAlloc");
     void* p = nullptr;
     if (const CUresult r = api_.cuMemHostAlloc_(
             &p, bytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
@@ -376,7 +377,7 @@ class CudaDriver {
 
   /// cuMemHostGetDevicePointer (_v2, flags 0): the device address of mapped host memory.
   result<std::uint64_t> mem_host_device_pointer(void* host) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting("cuMemHostGetDevicePointer");
+    if (exiting_now()) [[unlikely]] return exiting("cuMemHostGetDevicePointer");
     CUdeviceptr p = 0;
     if (const CUresult r = api_.cuMemHostGetDevicePointer_(&p, host, 0u); r != CUDA_SUCCESS)
         [[unlikely]] {
@@ -437,7 +438,7 @@ class CudaDriver {
   /// names status.hpp knows when the driver does not (or may no longer be) asked; empty
   /// for a status nobody knows.
   std::string status_name(int s) const {
-    if (s >= 0 && s <= static_cast<int>(CUDA_ERROR_UNKNOWN) && !detail::process_exiting()) {
+    if (s >= 0 && s <= static_cast<int>(CUDA_ERROR_UNKNOWN) && !exiting_now()) {
       const char* n = nullptr;
       if (api_.cuGetErrorName_(static_cast<CUresult>(s), &n) == CUDA_SUCCESS && n != nullptr) {
         return n;
@@ -450,10 +451,16 @@ class CudaDriver {
   explicit CudaDriver(detail::LoadedCuda&& loaded) noexcept
       : api_(loaded.api), library_(std::move(loaded.library)), version_(loaded.version) {}
 
+  /// The exit flag of detail::process_exiting(), kept in this object's first cache line
+  /// beside the hot entries of the table: the global flag would be one more line for
+  /// every driver call on the hot paths to miss on. Set at exit by a handler registered
+  /// with the global one.
+  bool exiting_now() const noexcept { return exiting_.load(std::memory_order_acquire); }
+
   // One wrapper of a call whose only output is its status.
   template <class Fn, class... Args>
   result<void> call(const char* name, Fn fn, Args... args) const noexcept {
-    if (detail::process_exiting()) [[unlikely]] return exiting(name);
+    if (exiting_now()) [[unlikely]] return exiting(name);
     if (const CUresult s = fn(args...); s != CUDA_SUCCESS) [[unlikely]] return failure(s, name);
     return ok();
   }
@@ -489,9 +496,13 @@ class CudaDriver {
     // before it: no xlogrt call reaches libcuda once its teardown may have begun.
     detail::arm_exit_guard();
     instance_.store(d, std::memory_order_release);
+    std::atexit([] { instance_.load(std::memory_order_acquire)->exiting_.store(true, std::memory_order_release); });
     return d;
   }
 
+  // First line: the exit flag, the table's three bootstrap entries and its first four
+  // (the hot paths' calls; see XLOGRT_CUDA_API_ENTRIES).
+  std::atomic<bool> exiting_{false};
   detail::CudaApi api_;
   std::string library_;
   int version_;

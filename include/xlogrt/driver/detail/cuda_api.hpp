@@ -43,7 +43,13 @@ namespace xlogrt::detail {
 
 // clang-format off
 /// One row per resolved entry point: X(base symbol name, CUDA version of its ABI).
+/// The first four rows are the hot paths' calls (an allocate + deallocate pair, and
+/// cross-stream tracking): in CudaDriver they share one cache line with its exit flag.
 #define XLOGRT_CUDA_API_ENTRIES(X)     \
+  X(cuMemAllocFromPoolAsync, 11020)    \
+  X(cuMemFreeAsync, 11020)             \
+  X(cuEventRecord, 2000)               \
+  X(cuStreamWaitEvent, 3020)           \
   X(cuGetErrorName, 6000)              \
   X(cuDeviceGetCount, 2000)            \
   X(cuDeviceGet, 2000)                 \
@@ -59,16 +65,12 @@ namespace xlogrt::detail {
   X(cuStreamDestroy, 4000)             \
   X(cuStreamSynchronize, 2000)         \
   X(cuStreamQuery, 2000)               \
-  X(cuStreamWaitEvent, 3020)           \
   X(cuEventCreate, 2000)               \
   X(cuEventDestroy, 4000)              \
-  X(cuEventRecord, 2000)               \
   X(cuEventQuery, 2000)                \
   X(cuEventSynchronize, 2000)          \
   X(cuDeviceGetDefaultMemPool, 11020)  \
   X(cuMemPoolSetAttribute, 11020)      \
-  X(cuMemAllocFromPoolAsync, 11020)    \
-  X(cuMemFreeAsync, 11020)             \
   X(cuMemAlloc, 3020)                  \
   X(cuMemFree, 3020)                   \
   X(cuMemHostAlloc, 2020)              \
