@@ -10,7 +10,7 @@
 // On a machine without a GPU it runs on SimDriver and says so: those figures measure the
 // simulator, not a GPU.
 //
-// usage: alloc_pair [rounds=300] [pairs-per-sample=32] [--no-threads]
+// usage: alloc_pair [rounds=300] [pairs-per-sample=32] [--no-threads] [--async-only]
 
 #include <xlogrt/runtime.hpp>
 
@@ -157,6 +157,13 @@ struct Variant {
   int alt = -1;  // a second baseline (the other stream-ordered call), or none
 };
 
+struct Options {
+  int rounds = 300;
+  int pairs = 32;            // pairs per timed sample
+  bool threads = true;       // the 1..16-thread table
+  bool async_only = false;   // leave out the synchronous cuMemAlloc/cuMemFree and DirectCuda (slow at 64 MiB)
+};
+
 /// Prints the failed calls; non-zero when any failed (the figures are then void).
 int report_failures() {
   const long raw_failed = raw_failures.load(), ours_failed = wrapper_failures.load();
@@ -166,7 +173,8 @@ int report_failures() {
 }
 
 template <class D>
-int run_bench(D& drv, const char* where, int rounds, int pairs, bool threads_too) {
+int run_bench(D& drv, const char* where, const Options& opt) {
+  const int rounds = opt.rounds, pairs = opt.pairs;
   auto dev = Device<D>::open(drv, 0);
   if (!dev) return std::printf("open: %s\n", dev.error().what().c_str()), 1;
   auto streams = StreamPool<D>::create(*dev, 16);
@@ -186,31 +194,34 @@ int run_bench(D& drv, const char* where, int rounds, int pairs, bool threads_too
 
   for (std::size_t bytes : {std::size_t{256}, std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{64} << 20}) {
     std::vector<Variant> vs;
-    vs.push_back({"raw cuMemAlloc/cuMemFree", 0,
-                  [&](std::size_t n, int k) { for (int i = 0; i < k; ++i) raw.free(raw.alloc(n)); }, [] {}, {}});
-    vs.push_back({"DirectCuda", 0,
-                  [&](std::size_t n, int k) {
-                    for (int i = 0; i < k; ++i) pair_of(direct, n, StreamId{0}, AllocTag{});
-                  },
-                  [] {}, {}});
-    vs.push_back({"raw cuMemAllocFromPoolAsync/cuMemFreeAsync", 2,
+    if (!opt.async_only) {
+      vs.push_back({"raw cuMemAlloc/cuMemFree", 0,
+                    [&](std::size_t n, int k) { for (int i = 0; i < k; ++i) raw.free(raw.alloc(n)); }, [] {}, {}});
+      vs.push_back({"DirectCuda", 0,
+                    [&](std::size_t n, int k) {
+                      for (int i = 0; i < k; ++i) pair_of(direct, n, StreamId{0}, AllocTag{});
+                    },
+                    [] {}, {}});
+    }
+    const int from_pool = static_cast<int>(vs.size()), current = from_pool + 1;  // the two raw baselines
+    vs.push_back({"raw cuMemAllocFromPoolAsync/cuMemFreeAsync", from_pool,
                   [&](std::size_t n, int k) { for (int i = 0; i < k; ++i) raw.free_async(raw.alloc_async(n, pool, s0), s0); },
                   [&] { (void)drv.stream_synchronize(s0); }, {}});
-    vs.push_back({"raw cuMemAllocAsync/cuMemFreeAsync", 3,
+    vs.push_back({"raw cuMemAllocAsync/cuMemFreeAsync", current,
                   [&](std::size_t n, int k) {
                     for (int i = 0; i < k; ++i) raw.free_async(raw.alloc_async_current(n, pool, s0), s0);
                   },
                   [&] { (void)drv.stream_synchronize(s0); }, {}});
-    vs.push_back({"AsyncCuda", 2,
+    vs.push_back({"AsyncCuda", from_pool,
                   [&](std::size_t n, int k) {
                     for (int i = 0; i < k; ++i) pair_of(*async, n, StreamId{0}, AllocTag{});
                   },
-                  [&] { (void)async->reap_pending(); }, {}, 3});
-    vs.push_back({"DeviceRuntime<AsyncCuda>", 2,
+                  [&] { (void)async->reap_pending(); }, {}, current});
+    vs.push_back({"DeviceRuntime<AsyncCuda>", from_pool,
                   [&](std::size_t n, int k) {
                     for (int i = 0; i < k; ++i) pair_of(rt, n, StreamId{0});
                   },
-                  [&] { (void)rt.reap_pending(); }, {}, 3});
+                  [&] { (void)rt.reap_pending(); }, {}, current});
     for (auto& v : vs) {  // warm-up: pools grown, events reserved, code paged in
       v.run(bytes, pairs);
       v.settle();
@@ -260,7 +271,7 @@ int run_bench(D& drv, const char* where, int rounds, int pairs, bool threads_too
     std::printf("\n");
   }
 
-  if (!threads_too) return report_failures();
+  if (!opt.threads) return report_failures();
 
   // Scaling: T threads, each allocating and freeing 64 KiB on its own stream. The raw,
   // AsyncCuda and "raw + host work" runs alternate, REPS times each, and each reports its
@@ -330,12 +341,22 @@ int run_bench(D& drv, const char* where, int rounds, int pairs, bool threads_too
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 300;
-  const int pairs = argc > 2 ? std::atoi(argv[2]) : 32;
-  const bool threads_too = !(argc > 3 && std::string(argv[3]) == "--no-threads");
-  if (auto cuda = CudaDriver::open()) return run_bench(**cuda, "the GPU (CudaDriver)", rounds, pairs, threads_too);
+  Options opt;
+  for (int i = 1, positional = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--no-threads") {
+      opt.threads = false;
+    } else if (a == "--async-only") {
+      opt.async_only = true;
+    } else if (positional++ == 0) {
+      opt.rounds = std::atoi(argv[i]);
+    } else {
+      opt.pairs = std::atoi(argv[i]);
+    }
+  }
+  if (auto cuda = CudaDriver::open()) return run_bench(**cuda, "the GPU (CudaDriver)", opt);
   else std::printf("no GPU here (%s): measuring SimDriver, figures are the simulator's\n", cuda.error().what().c_str());
   auto sim = SimDriver::open();
   if (!sim) return std::printf("SimDriver: %s\n", sim.error().what().c_str()), 1;
-  return run_bench(**sim, "SimDriver", rounds, pairs, threads_too);
+  return run_bench(**sim, "SimDriver", opt);
 }
