@@ -192,6 +192,9 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   std::printf("# allocate+deallocate pair cost on %s (%s)\n# %s; %d rounds x %d pairs per sample\n\n",
               where, (*dev)->info().name.c_str(), machine_line().c_str(), rounds, pairs);
 
+  // The tables run on core 0 (the thread table's workers take cores 1..16): a move to
+  // another core mid-table would leave the next samples with cold caches.
+  pin_to_core(0);
   // Half a second of stream-ordered pairs before the first table: on the H200 hosts the
   // first few hundred milliseconds of a process ran at about half speed (the raw pair at
   // 1.1 us instead of 0.6), which inflated the first size's figures alone.
