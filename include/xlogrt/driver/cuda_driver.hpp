@@ -451,10 +451,9 @@ class alignas(64) CudaDriver {
   explicit CudaDriver(detail::LoadedCuda&& loaded) noexcept
       : api_(loaded.api), library_(std::move(loaded.library)), version_(loaded.version) {}
 
-  /// The exit flag of detail::process_exiting(), kept in this object's first cache line
-  /// beside the hot entries of the table: the global flag would be one more line for
-  /// every driver call on the hot paths to miss on. Set at exit by a handler registered
-  /// with the global one.
+  /// detail::process_exiting(), from a copy of the flag in this object's first cache line,
+  /// beside the hot entries of the table: the global flag was one more line for every
+  /// driver call on the hot paths to miss on.
   bool exiting_now() const noexcept { return exiting_.load(std::memory_order_acquire); }
 
   // One wrapper of a call whose only output is its status.
@@ -496,6 +495,8 @@ class alignas(64) CudaDriver {
     // before it: no xlogrt call reaches libcuda once its teardown may have begun.
     detail::arm_exit_guard();
     instance_.store(d, std::memory_order_release);
+    // The driver's own copy of the flag (exiting_now()), set by a handler registered next
+    // to the global one, so it runs at the same point of the exit.
     std::atexit([] { instance_.load(std::memory_order_acquire)->exiting_.store(true, std::memory_order_release); });
     return d;
   }

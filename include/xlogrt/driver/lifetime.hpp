@@ -8,6 +8,8 @@
 // issued from a static destructor can crash. The runtime singletons are therefore
 // leaked on purpose, and every driver entry point asks process_exiting() first: after
 // the flag is set, CudaDriver returns errc::shutting_down without touching libcuda.
+// (CudaDriver reads a copy of the flag kept in its own first cache line, set by a
+// handler it registers right after the one below.)
 //
 // The flag is set by an atexit handler registered the first time a driver is opened.
 // atexit handlers and static destructors run in reverse order of registration, so
