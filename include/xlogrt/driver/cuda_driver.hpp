@@ -497,7 +497,9 @@ class alignas(64) CudaDriver {
     instance_.store(d, std::memory_order_release);
     // The driver's own copy of the flag (exiting_now()), set by a handler registered next
     // to the global one, so it runs at the same point of the exit.
-    std::atexit([] { instance_.load(std::memory_order_acquire)->exiting_.store(true, std::memory_order_release); });
+    std::atexit([] {
+      instance_.load(std::memory_order_acquire)->exiting_.store(true, std::memory_order_release);
+    });
     return d;
   }
 

@@ -29,8 +29,10 @@ template <class D>
 /// and the pool; returns the driver stream.
 /// Errors: zero_bytes, too_large (more than the device has in all), unknown_stream.
 template <class D>
-[[gnu::always_inline]] inline result<typename D::stream_t> check_request(const StreamPool<D>& streams, std::size_t device_bytes,
-                                           std::size_t bytes, StreamId stream) noexcept {
+[[gnu::always_inline]] inline result<typename D::stream_t> check_request(const StreamPool<D>& streams,
+                                                                          std::size_t device_bytes,
+                                                                          std::size_t bytes,
+                                                                          StreamId stream) noexcept {
   if (bytes == 0 || bytes > device_bytes) [[unlikely]] {
     return request_error(streams, bytes, stream);
   }
