@@ -90,6 +90,11 @@ TEST_CASE("block table: ids name their block, and nothing else", "[block_table]"
     CHECK(peeked(t, far) == 0);
     const DeviceBlock forged{0x1000, 300, StreamId{0}, 0, AllocTag{}, *a};  // wrong size
     CHECK(t.with(*a, Lookup::use, [](Token&) { return ok(); }, &forged).error().code() == errc::foreign_block);
+    CHECK(t.erase_if(*a, &forged, [](Token&) { return ok(); }).error().code() == errc::foreign_block);
+    // Each refusal above had locked the block's slot: it is free again (a lock left
+    // taken would hang these), and the block is still live.
+    CHECK(touch(t, *a));
+    CHECK(t.erase_if(*a, nullptr, [](Token&) { return ok(); }));
   }
 }
 

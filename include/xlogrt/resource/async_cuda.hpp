@@ -103,28 +103,42 @@ class AsyncCuda {
   }
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
-    auto s = detail::check_request(*streams_, device_bytes_, bytes, stream);
-    if (!s) return std::move(s).error();
+    // Each result is unpacked in its own scope: one that lived to the end would keep its
+    // flag on the stack, to be tested again for its destructor after the driver call.
+    stream_t s{};
+    if (auto r = detail::check_request(*streams_, device_bytes_, bytes, stream); r) [[likely]] {
+      s = *r;
+    } else {
+      return std::move(r).error();
+    }
     auto& drv = driver();
-    auto ptr = drv.mem_alloc_async(bytes, pool_, *s);
-    if (!ptr) return std::move(ptr).error();
-    auto id = state_->table.insert(*ptr, bytes, [stream](Track& t) noexcept { t.start(stream); });
-    if (!id) {
-      (void)drv.mem_free_async(*ptr, *s);
+    std::uint64_t ptr = 0;
+    if (auto r = drv.mem_alloc_async(bytes, pool_, s); r) [[likely]] {
+      ptr = *r;
+    } else {
+      return std::move(r).error();
+    }
+    auto id = state_->table.insert(ptr, bytes, [stream](Track& t) noexcept { t.start(stream); });
+    if (!id) [[unlikely]] {
+      (void)drv.mem_free_async(ptr, s);
       return std::move(id).error();
     }
-    return DeviceBlock{*ptr, bytes, stream, device_ordinal(), tag, *id};
+    return DeviceBlock{ptr, bytes, stream, device_ordinal(), tag, *id};
   }
 
   /// Queues the free on the block's alloc stream after every tracked use on other
   /// streams. On error the block is left with the caller, untouched, and still live.
   result<void> deallocate(DeviceBlock&& b) noexcept {
     if (auto r = detail::check_block(b, device_ordinal()); !r) return r;
-    auto a = streams_->get(b.alloc_stream());
-    if (!a) return std::move(a).error();
+    stream_t a{};  // unpacked in its own scope, as in allocate
+    if (auto s = streams_->get(b.alloc_stream()); s) [[likely]] {
+      a = *s;
+    } else {
+      return std::move(s).error();
+    }
     auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) __attribute__((always_inline)) -> result<void> {
-      if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, *a, u); }); !w) return w;
-      if (auto f = driver().mem_free_async(b.ptr(), *a); !f) return f;
+      if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
+      if (auto f = driver().mem_free_async(b.ptr(), a); !f) return f;
       t.release_events(state_->events);
       // Counted pending before the table stops counting it live: a concurrent
       // bytes_outstanding() may count it twice for a moment, never miss it.

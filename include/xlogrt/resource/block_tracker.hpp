@@ -43,7 +43,7 @@
 #include <bit>
 #include <cstdint>
 #include <memory>
-#include <mutex>  // std::lock_guard, std::unique_lock
+#include <mutex>  // std::lock_guard
 #include <new>
 #include <optional>
 #include <string>
@@ -150,9 +150,10 @@ class BlockTable {
   template <class F>
   result<void> with(BlockId id, Lookup why, F&& f, const DeviceBlock* block = nullptr) noexcept {
     Slot* slot = nullptr;
-    std::unique_lock<detail::SpinLock> lock;
-    if (auto e = find(id, why, block, slot, lock); e) return std::move(*e);
-    return f(slot->entry);
+    if (auto e = lock_live(id, why, block, slot); e) [[unlikely]] return std::move(*e);
+    result<void> r = f(slot->entry);
+    slot->mu.unlock();
+    return r;
   }
 
   /// Without a lock: if `id` names a live block, returns `f(const Entry&)`, which may read
@@ -178,12 +179,14 @@ class BlockTable {
   template <class F>
   [[gnu::always_inline]] result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
     Slot* slot = nullptr;
-    std::unique_lock<detail::SpinLock> lock;
-    if (auto e = find(id, Lookup::free, block, slot, lock); e) return std::move(*e);
-    if (result<void> r = f(slot->entry); !r) return r;
+    if (auto e = lock_live(id, Lookup::free, block, slot); e) [[unlikely]] return std::move(*e);
+    if (result<void> r = f(slot->entry); !r) [[unlikely]] {
+      slot->mu.unlock();
+      return r;
+    }
     const std::size_t bytes = slot->bytes;
     slot->tag.store(tag_of(id.generation + 1, false), std::memory_order_release);
-    lock.unlock();
+    slot->mu.unlock();
     // Back to one of its shard's free lists. next_free is read only by whoever takes the
     // slot from that list (the owner, or a holder of the shard's lock).
     const std::uint32_t sh = id.index & (SHARDS - 1);
@@ -318,22 +321,30 @@ class BlockTable {
     return chunk == nullptr ? nullptr : chunk + off;
   }
 
-  /// Finds and locks the live slot of `id`; on failure returns why, with nothing locked
-  /// that the caller must release (the lock object unlocks what it holds).
-  [[gnu::always_inline]] std::optional<error> find(BlockId id, Lookup why, const DeviceBlock* block, Slot*& slot,
-                            std::unique_lock<detail::SpinLock>& lock) noexcept {
+  /// Finds and locks the live slot of `id` (the caller unlocks it); on failure returns
+  /// why, with nothing locked. The lock is taken and given by hand, not by a
+  /// std::unique_lock, whose "owns" flag the pair would store and test again.
+  [[gnu::always_inline]] std::optional<error> lock_live(BlockId id, Lookup why, const DeviceBlock* block,
+                                                        Slot*& slot) noexcept {
     slot = const_cast<Slot*>(slot_of(id));
     if (slot == nullptr) [[unlikely]] return lookup_error(id, why, nullptr);
-    lock = std::unique_lock(slot->mu);
+    slot->mu.lock();
     // Acquire: pairs with insert's release store (insert fills a free slot without its lock).
     if (slot->tag.load(std::memory_order_acquire) != tag_of(id.generation, true) ||
         (block && (block->ptr() != slot->ptr || block->bytes() != slot->bytes))) [[unlikely]] {
-      return lookup_error(id, why, slot);
+      return refuse_locked(id, why, slot);
     }
     return std::nullopt;
   }
 
-  /// Why find() refused `id` (`slot`: the slot it names, locked; null when there is none).
+  /// lookup_error for a slot lock_live has locked, which it then unlocks.
+  [[gnu::cold, gnu::noinline]] error refuse_locked(BlockId id, Lookup why, Slot* slot) const {
+    error e = lookup_error(id, why, slot);
+    slot->mu.unlock();
+    return e;
+  }
+
+  /// Why lock_live() refused `id` (`slot`: the slot it names, locked; null when there is none).
   [[gnu::cold, gnu::noinline]] error lookup_error(BlockId id, Lookup why, const Slot* slot) const {
     if (id.owner != owner_) {
       return error{errc::foreign_block, "block " + id.to_string() +
