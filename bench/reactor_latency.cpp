@@ -630,15 +630,8 @@ int run(D& d, bool simulated, unsigned rounds, std::uint64_t completions) {
   auto buf = d.mem_alloc(256 * 8);
   if (!buf) return 1;
   b.buf = *buf;
-  std::printf("# reactor_latency: %s, driver %s; host: %s, %u cores; g++ %d.%d%s\n",
-              b.device->info().name.c_str(), D::kind, cpu_model().c_str(),
-              std::thread::hardware_concurrency(), __GNUC__, __GNUC_MINOR__,
-#if defined(__OPTIMIZE__)
-              ", optimised"
-#else
-              ", unoptimised"
-#endif
-  );
+  std::printf("# reactor_latency: %s, driver %s; host: %s; %s\n", b.device->info().name.c_str(), D::kind,
+              cpu_model().c_str(), bench::machine_line().c_str());
   if (simulated) {
     std::printf("# SIMULATED: no GPU here; these figures measure SimDriver's executor threads, "
                 "not a GPU. Do not compare them with the targets.\n");

@@ -100,7 +100,8 @@ inline TicketBook& ticket_book() noexcept {
 /// is the only one that writes `a` (`owned`: its owned_slot, or a slot written under a
 /// lock), a read-modify-write otherwise.
 template <class T>
-[[gnu::always_inline]] inline T owned_add(std::atomic<T>& a, std::type_identity_t<T> n, std::memory_order order, bool owned) noexcept {
+[[gnu::always_inline]] inline T owned_add(std::atomic<T>& a, std::type_identity_t<T> n, std::memory_order order,
+                                           bool owned) noexcept {
   if (owned) {
     const T v = a.load(std::memory_order_relaxed);
     a.store(v + n, order);
