@@ -14,9 +14,6 @@
 
 #include <xlogrt/runtime.hpp>
 
-#include <pthread.h>
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -105,21 +102,6 @@ struct Raw<CudaDriver> {
     if (r != CUDA_SUCCESS) raw_failures.fetch_add(1, std::memory_order_relaxed);
   }
 };
-
-/// Keeps the calling thread on one core (best effort: Linux only, and ignored when the
-/// core is not ours).
-void pin_to_core(int core) {
-#if defined(__linux__)
-  const int n = static_cast<int>(std::thread::hardware_concurrency());
-  if (n <= 0) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(core % n, &set);
-  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-#else
-  (void)core;
-#endif
-}
 
 /// Spins for `n` iterations of a loop the optimiser cannot remove.
 void busy(long n) {

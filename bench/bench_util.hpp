@@ -3,6 +3,11 @@
 
 // Small helpers shared by the benchmarks: timing, percentiles and the table header.
 
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,6 +58,21 @@ inline std::string machine_line() {
   s += ", ";
   s += build_type();
   return s;
+}
+
+/// Keeps the calling thread on one core (best effort: Linux only, and ignored when the
+/// core is not ours).
+inline void pin_to_core(int core) {
+#if defined(__linux__)
+  const int n = static_cast<int>(std::thread::hardware_concurrency());
+  if (n <= 0) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core % n, &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+#else
+  (void)core;
+#endif
 }
 
 }  // namespace xlogrt::bench

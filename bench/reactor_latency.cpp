@@ -40,7 +40,8 @@
 // On a machine without a GPU it runs on SimDriver and says so: those figures measure the
 // simulator, not a GPU.
 //
-// usage: reactor_latency [rounds=10000] [throughput-completions=200000]
+// usage: reactor_latency [--throughput-only] [rounds=10000] [completions-per-run=50000]
+//                        [throughput-runs=20]
 
 #include <pthread.h>
 #include <sys/resource.h>
@@ -566,20 +567,34 @@ struct Bench {
     return static_cast<double>(sh.done.load()) / (wall / 1e9);
   }
 
-  /// The reactor's throughput against raw flag polling, REPS runs of each, alternating
-  /// (which goes first alternates too): the host's rate moves between runs (the raw rate
-  /// was 386k and 502k completions/s in two runs of one day), so a single run of each, one
-  /// after the other, could put them in different phases.
-  void throughput(std::uint64_t total, unsigned in_flight) {
-    constexpr int REPS = 5;
+  /// The reactor's throughput against raw flag polling, `reps` short runs of each,
+  /// alternating (which goes first alternates too), each reactor run compared with the
+  /// raw run beside it: the host's rate moves between runs (the raw rate was 386k and
+  /// 502k completions/s in two runs of one day, and five pairs of 0.4 s runs gave
+  /// per-pair ratios from 0.64 to 1.06), so only many short pairs give a steady median.
+  /// Both loops run on one core, THROUGHPUT_CORE: the scanner inherits it from the
+  /// thread that creates the reactor, and the raw loop runs on that thread, pinned there
+  /// again for each raw run (while the reactor runs, the thread waits on the next core).
+  /// Unpinned, the two loops landed on different cores, and the median ratio of three
+  /// processes on one machine was 0.79, 0.82 and 1.05.
+  void throughput(std::uint64_t total, unsigned in_flight, int reps) {
+    constexpr int THROUGHPUT_CORE = 2;
+    const int REPS = std::max(1, reps);
+    bench::pin_to_core(THROUGHPUT_CORE);
     auto r = reactor(ReactorOptions{});
     std::vector<double> ours, raws, ratios;
     double scanner_ns = 0, cpu_s = 0, wall_s = 0;
     for (int rep = 0; rep < REPS; ++rep) {
       double raw_rate = 0;
-      if (rep % 2 == 1) raw_rate = raw_throughput(total, in_flight);
+      const auto raw_run = [&] {
+        bench::pin_to_core(THROUGHPUT_CORE);
+        raw_rate = raw_throughput(total, in_flight);
+        bench::pin_to_core(THROUGHPUT_CORE + 1);
+      };
+      bench::pin_to_core(THROUGHPUT_CORE + 1);
+      if (rep % 2 == 1) raw_run();
       const double rate = reactor_throughput(*r, total, in_flight, scanner_ns, cpu_s);
-      if (rep % 2 == 0) raw_rate = raw_throughput(total, in_flight);
+      if (rep % 2 == 0) raw_run();
       wall_s += static_cast<double>(total) / rate;
       ours.push_back(rate);
       raws.push_back(raw_rate);
@@ -590,15 +605,17 @@ struct Bench {
                 "(%d runs of %llu completions, alternating with the raw baseline)\n\n",
                 in_flight, REPS, static_cast<unsigned long long>(total));
     std::printf("| reactor completions/s (median) | raw completions/s (median) | reactor / raw (median of "
-                "per-run ratios) | lowest / highest ratio | fallbacks | scanner CPU / wall | process CPU / wall |\n");
-    std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
-    std::printf("| %.0f | %.0f | %.3f | %.3f / %.3f | %llu | %.0f%% | %.0f%% |\n", quantile(ours, 0.5),
-                quantile(raws, 0.5), quantile(ratios, 0.5), quantile(ratios, 0.0), quantile(ratios, 1.0),
+                "per-pair ratios) | quartiles | lowest / highest | fallbacks | scanner CPU / wall | process CPU / wall |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("| %.0f | %.0f | %.3f | %.3f / %.3f | %.3f / %.3f | %llu | %.0f%% | %.0f%% |\n", quantile(ours, 0.5),
+                quantile(raws, 0.5), quantile(ratios, 0.5), quantile(ratios, 0.25), quantile(ratios, 0.75),
+                quantile(ratios, 0.0), quantile(ratios, 1.0),
                 static_cast<unsigned long long>(c.fallbacks), 100 * scanner_ns / (wall_s * 1e9),
                 100 * cpu_s / wall_s);
     std::printf("\nraw baseline: one thread polling %u pinned flags and re-enqueuing the same memset + "
-                "cuStreamWriteValue32 itself, no reactor (target: reactor / raw >= 1/1.2 = 0.833)\n",
-                in_flight);
+                "cuStreamWriteValue32 itself, no reactor (target: reactor / raw >= 1/1.2 = 0.833); "
+                "the raw loop and the reactor's scanner both on core %d\n",
+                in_flight, THROUGHPUT_CORE);
 
     // Idle: once parked, the scanner should burn nothing.
     const auto p0 = Clock::now();
@@ -615,7 +632,7 @@ struct Bench {
 };
 
 template <class D>
-int run(D& d, bool simulated, unsigned rounds, std::uint64_t completions) {
+int run(D& d, bool simulated, bool throughput_only, unsigned rounds, std::uint64_t completions, int runs) {
   Bench<D> b{d, {}, {}, 0, simulated};
   auto dev = Device<D>::open(d, 0);
   if (!dev) {
@@ -636,10 +653,12 @@ int run(D& d, bool simulated, unsigned rounds, std::uint64_t completions) {
     std::printf("# SIMULATED: no GPU here; these figures measure SimDriver's executor threads, "
                 "not a GPU. Do not compare them with the targets.\n");
   }
-  b.latency(rounds);
-  b.idle_policy(std::max(1000u, rounds / 5));
-  b.fan_out(std::max(1000u, rounds / 5));
-  b.throughput(completions, 1024);
+  if (!throughput_only) {
+    b.latency(rounds);
+    b.idle_policy(std::max(1000u, rounds / 5));
+    b.fan_out(std::max(1000u, rounds / 5));
+  }
+  b.throughput(completions, 1024, runs);
   (void)d.mem_free(b.buf);
   return 0;
 }
@@ -647,12 +666,22 @@ int run(D& d, bool simulated, unsigned rounds, std::uint64_t completions) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const unsigned rounds = argc > 1 ? static_cast<unsigned>(std::atoi(argv[1])) : 10000;
-  std::uint64_t completions = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 200000;
+  bool throughput_only = false;
+  std::vector<const char*> pos;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--throughput-only") {
+      throughput_only = true;
+    } else {
+      pos.push_back(argv[i]);
+    }
+  }
+  const unsigned rounds = pos.size() > 0 ? static_cast<unsigned>(std::atoi(pos[0])) : 10000;
+  std::uint64_t completions = pos.size() > 1 ? std::strtoull(pos[1], nullptr, 10) : 50000;
+  const int runs = pos.size() > 2 ? std::atoi(pos[2]) : 20;
   auto cuda = CudaDriver::open();
   if (cuda) {
     auto n = (*cuda)->device_count();
-    if (n && *n > 0) return run(**cuda, false, rounds, completions);
+    if (n && *n > 0) return run(**cuda, false, throughput_only, rounds, completions, runs);
   }
   std::printf("# no usable GPU (%s): running on SimDriver\n",
               cuda ? "no device" : cuda.error().what().c_str());
@@ -662,6 +691,6 @@ int main(int argc, char** argv) {
   cfg.worker_threads = 2;
   cfg.check_hazards = false;
   SimDriver sim(cfg);
-  if (argc <= 2) completions = 20000;
-  return run(sim, true, rounds, completions);
+  if (pos.size() <= 1) completions = 5000;
+  return run(sim, true, throughput_only, rounds, completions, runs);
 }
