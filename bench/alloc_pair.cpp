@@ -10,7 +10,7 @@
 // On a machine without a GPU it runs on SimDriver and says so: those figures measure the
 // simulator, not a GPU.
 //
-// usage: alloc_pair [rounds=300] [pairs-per-sample=32] [--no-threads] [--async-only]
+// usage: alloc_pair [rounds=300] [pairs-per-sample=32] [--no-threads] [--async-only] [--core N]
 
 #include <xlogrt/runtime.hpp>
 
@@ -144,6 +144,7 @@ struct Options {
   int pairs = 32;            // pairs per timed sample
   bool threads = true;       // the 1..16-thread table
   bool async_only = false;   // leave out the synchronous cuMemAlloc/cuMemFree and DirectCuda (slow at 64 MiB)
+  int core = 0;              // the core the size tables run on
 };
 
 /// Prints the failed calls; non-zero when any failed (the figures are then void).
@@ -174,9 +175,10 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   std::printf("# allocate+deallocate pair cost on %s (%s)\n# %s; %d rounds x %d pairs per sample\n\n",
               where, (*dev)->info().name.c_str(), machine_line().c_str(), rounds, pairs);
 
-  // The tables run on core 0 (the thread table's workers take cores 1..16): a move to
-  // another core mid-table would leave the next samples with cold caches.
-  pin_to_core(0);
+  // The tables run on one core, 0 unless --core names another (the thread table's
+  // workers take cores 1..16): a move to another core mid-table would leave the next
+  // samples with cold caches.
+  pin_to_core(opt.core);
   // Half a second of stream-ordered pairs before the first table: on the H200 hosts the
   // first few hundred milliseconds of a process ran at about half speed (the raw pair at
   // 1.1 us instead of 0.6), which inflated the first size's figures alone.
@@ -340,6 +342,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--no-threads") {
       opt.threads = false;
+    } else if (a == "--core" && i + 1 < argc) {
+      opt.core = std::atoi(argv[++i]);
     } else if (a == "--async-only") {
       opt.async_only = true;
     } else if (positional++ == 0) {
