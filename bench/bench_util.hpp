@@ -60,18 +60,21 @@ inline std::string machine_line() {
   return s;
 }
 
-/// Keeps the calling thread on one core (best effort: Linux only, and ignored when the
-/// core is not ours).
-inline void pin_to_core(int core) {
+/// Keeps the calling thread on core `core` modulo the host's cores (best effort: Linux
+/// only, and ignored when the core is not ours). Returns that core, or -1 when it did
+/// not try.
+inline int pin_to_core(int core) {
 #if defined(__linux__)
   const int n = static_cast<int>(std::thread::hardware_concurrency());
-  if (n <= 0) return;
+  if (n <= 0) return -1;
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(core % n, &set);
   (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  return core % n;
 #else
   (void)core;
+  return -1;
 #endif
 }
 

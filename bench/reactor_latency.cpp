@@ -580,7 +580,7 @@ struct Bench {
   void throughput(std::uint64_t total, unsigned in_flight, int reps) {
     constexpr int THROUGHPUT_CORE = 2;
     const int REPS = std::max(1, reps);
-    bench::pin_to_core(THROUGHPUT_CORE);
+    const int core = bench::pin_to_core(THROUGHPUT_CORE);
     auto r = reactor(ReactorOptions{});
     std::vector<double> ours, raws, ratios;
     double scanner_ns = 0, cpu_s = 0, wall_s = 0;
@@ -615,7 +615,7 @@ struct Bench {
     std::printf("\nraw baseline: one thread polling %u pinned flags and re-enqueuing the same memset + "
                 "cuStreamWriteValue32 itself, no reactor (target: reactor / raw >= 1/1.2 = 0.833); "
                 "the raw loop and the reactor's scanner both on core %d\n",
-                in_flight, THROUGHPUT_CORE);
+                in_flight, core);
 
     // Idle: once parked, the scanner should burn nothing.
     const auto p0 = Clock::now();
