@@ -64,9 +64,13 @@ class alignas(64) StreamPool {
 
   /// The driver stream of `id`. Errors: unknown_stream.
   result<stream_t> get(StreamId id) const noexcept {
-    if (id.value < count_.load(std::memory_order_acquire)) return streams_[id.value];
+    if (contains(id)) return at(id);
     return unknown(id);
   }
+
+  /// The driver stream of `id`, which must be in the pool (contains(id)): get() without
+  /// the check or the result, for hot paths that checked already.
+  stream_t at(StreamId id) const noexcept { return streams_[id.value]; }
 
   /// True when `id` names a stream of this pool.
   bool contains(StreamId id) const noexcept {

@@ -102,50 +102,47 @@ class AsyncCuda {
     return a;
   }
 
+  /// The common case, on a thread with a block table shard of its own, makes no result
+  /// but the one it returns; the rest (bad input, a driver failure, a new slot) is out of
+  /// line.
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
-    // Each result is unpacked in its own scope: one that lived to the end would keep its
-    // flag on the stack, to be tested again for its destructor after the driver call.
-    stream_t s{};
-    if (auto r = detail::check_request(*streams_, device_bytes_, bytes, stream); r) [[likely]] {
-      s = *r;
-    } else {
-      return std::move(r).error();
+    if (!detail::valid_request(*streams_, device_bytes_, bytes, stream)) [[unlikely]] {
+      return detail::request_error(*streams_, bytes, stream);
     }
-    auto& drv = driver();
+    const stream_t s = streams_->at(stream);
     std::uint64_t ptr = 0;
-    if (auto r = drv.mem_alloc_async(bytes, pool_, s); r) [[likely]] {
+    if (auto r = driver().mem_alloc_async(bytes, pool_, s); r) [[likely]] {
       ptr = *r;
     } else {
       return std::move(r).error();
     }
-    auto id = state_->table.insert(ptr, bytes, [stream](Track& t) noexcept { t.start(stream); });
-    if (!id) [[unlikely]] {
-      (void)drv.mem_free_async(ptr, s);
-      return std::move(id).error();
-    }
-    return DeviceBlock{ptr, bytes, stream, device_ordinal(), tag, *id};
+    const BlockId id = state_->table.try_insert(ptr, bytes, [stream](Track& t) noexcept { t.start(stream); });
+    if (!id.valid()) [[unlikely]] return insert_general(ptr, bytes, stream, s, tag);
+    return DeviceBlock{ptr, bytes, stream, ordinal_, tag, id};
   }
 
   /// Queues the free on the block's alloc stream after every tracked use on other
   /// streams. On error the block is left with the caller, untouched, and still live.
+  ///
+  /// The common case, a block used on its alloc stream only (nothing to wait for, no
+  /// event held), makes no result but the one it returns; every other case, bad input
+  /// included, goes to free_general, which also says why a block was refused.
   result<void> deallocate(DeviceBlock&& b) noexcept {
-    if (auto r = detail::check_block(b, device_ordinal()); !r) return r;
-    stream_t a{};  // unpacked in its own scope, as in allocate
-    if (auto s = streams_->get(b.alloc_stream()); s) [[likely]] {
-      a = *s;
-    } else {
-      return std::move(s).error();
+    if (!detail::valid_block(b, ordinal_) || !streams_->contains(b.alloc_stream())) [[unlikely]] {
+      return free_general(std::move(b));
     }
-    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) __attribute__((always_inline)) -> result<void> {
-      if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
-      if (auto f = driver().mem_free_async(b.ptr(), a); !f) return f;
-      t.release_events(state_->events);
+    const stream_t a = streams_->at(b.alloc_stream());
+    result<void> queued;  // the driver's error, if the free could not be queued
+    const bool freed = state_->table.try_erase(b.id(), &b, [&](Track& t) __attribute__((always_inline)) {
+      if (!t.alone()) [[unlikely]] return false;
+      if (queued = driver().mem_free_async(b.ptr(), a); !queued) [[unlikely]] return false;
+      t.write = Use{};
       // Counted pending before the table stops counting it live: a concurrent
       // bytes_outstanding() may count it twice for a moment, never miss it.
       state_->count_queued(b.alloc_stream().value, b.bytes());
-      return ok();
+      return true;
     });
-    if (!r) return r;
+    if (!freed) [[unlikely]] return queued ? free_general(std::move(b)) : std::move(queued);
     DeviceBlock gone = std::move(b);
     return ok();
   }
@@ -282,6 +279,11 @@ class AsyncCuda {
       quiet_stream.store(quiet() ? alloc_stream.value : NOT_QUIET, std::memory_order_release);
     }
 
+    /// Whether the free needs nothing but the free itself: no use on another stream to
+    /// wait for, and no event to give back.
+    bool alone() const noexcept {
+      return write.stream == alloc_stream && !write.has_event && !spilled;
+    }
     bool write_waited(StreamId s) const noexcept { return s.value < 32 && (waited >> s.value & 1u); }
     void mark_write_waited(StreamId s) noexcept {
       if (s.value < 32) waited |= std::uint32_t{1} << s.value;
@@ -366,6 +368,36 @@ class AsyncCuda {
         pool_(streams_->device()->mempool()),
         device_bytes_(streams_->device()->info().total_bytes),
         ordinal_(streams_->device()->ordinal()) {}
+
+  /// allocate's rest, once the driver has handed out `ptr`: a new slot of the block table.
+  [[gnu::noinline]] result<DeviceBlock> insert_general(std::uint64_t ptr, std::size_t bytes, StreamId stream,
+                                                       stream_t s, AllocTag tag) noexcept {
+    auto id = state_->table.insert(ptr, bytes, [stream](Track& t) noexcept { t.start(stream); });
+    if (!id) [[unlikely]] {
+      (void)driver().mem_free_async(ptr, s);
+      return std::move(id).error();
+    }
+    return DeviceBlock{ptr, bytes, stream, ordinal_, tag, *id};
+  }
+
+  /// deallocate in full: checks `b`, makes the alloc stream wait for the uses on other
+  /// streams, queues the free and gives back the events the block held.
+  [[gnu::noinline]] result<void> free_general(DeviceBlock&& b) noexcept {
+    if (auto r = detail::check_block(b, device_ordinal()); !r) return r;
+    auto s = streams_->get(b.alloc_stream());
+    if (!s) return std::move(s).error();
+    const stream_t a = *s;
+    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) -> result<void> {
+      if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
+      if (auto f = driver().mem_free_async(b.ptr(), a); !f) return f;
+      t.release_events(state_->events);
+      state_->count_queued(b.alloc_stream().value, b.bytes());  // before the table lets go: see deallocate
+      return ok();
+    });
+    if (!r) return r;
+    DeviceBlock gone = std::move(b);
+    return ok();
+  }
 
   /// Whether a use of `id` on `use` is on the alloc stream of a quiet block (no lock).
   bool quiet_on(BlockId id, StreamId use) const noexcept {

@@ -108,7 +108,7 @@ class BlockTable {
   /// (`init(Entry&)`; the entry holds whatever the slot's previous block left in it, see
   /// erase_if). Errors: out_of_memory (host memory, or the shard is full).
   template <class Init>
-  [[gnu::always_inline]] result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Init&& init) noexcept {
+  result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Init&& init) noexcept {
     const std::uint32_t sh = home_shard();
     Shard& s = shards_[sh];
     std::uint32_t local = 0;
@@ -125,22 +125,21 @@ class BlockTable {
       if (auto r = s.take(s.remote, local); !r) return std::move(r).error();
       add(s.added, bytes);
     }
-    // No lock: a free slot is no one else's. A lookup with an old id of the slot finds
-    // its generation stale and reads nothing else; the new id is not known before this
-    // returns; and the release store of the tag publishes the fields to lookups (which
-    // load it with acquire) and to peek.
-    Slot& slot = *s.at(local);
-    const std::uint32_t gen = generation(slot.tag.load(std::memory_order_relaxed));
-    slot.ptr = ptr;
-    slot.bytes = bytes;
-    if constexpr (std::is_nothrow_invocable_v<Init&, Entry&>) {
-      init(slot.entry);
-    } else {
-      static_assert(std::is_nothrow_assignable_v<Entry&, Init&&>, "init: an Entry, or noexcept init(Entry&)");
-      slot.entry = std::forward<Init>(init);
-    }
-    slot.tag.store(tag_of(gen, true), std::memory_order_release);
-    return BlockId{s.owner, (local << SHARD_BITS) | sh, gen};
+    return publish(s, sh, local, ptr, bytes, std::forward<Init>(init));
+  }
+
+  /// insert's fast form, for a thread with a shard of its own and a slot its own frees
+  /// left there: no lock, no result. Returns an invalid id (having changed nothing) in
+  /// every other case; the caller then takes insert.
+  template <class Init>
+  [[gnu::always_inline]] BlockId try_insert(std::uint64_t ptr, std::size_t bytes, Init&& init) noexcept {
+    const std::uint32_t sh = home_shard();
+    Shard& s = shards_[sh];
+    const std::uint32_t local = s.local;
+    if (sh >= OWNED || local == NONE) [[unlikely]] return BlockId{};
+    s.local = s.at(local)->next_free;
+    add(s.added, bytes);
+    return publish(s, sh, local, ptr, bytes, std::forward<Init>(init));
   }
 
   /// Runs `f(Entry&) -> result<void>` under the block's lock if `id` names a live block
@@ -177,30 +176,31 @@ class BlockTable {
   /// storage it owns, such as a vector's capacity, is reused rather than freed and made
   /// anew); f lets go of what the block held.
   template <class F>
-  [[gnu::always_inline]] result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
+  result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
     Slot* slot = nullptr;
     if (auto e = lock_live(id, Lookup::free, block, slot); e) [[unlikely]] return std::move(*e);
     if (result<void> r = f(slot->entry); !r) [[unlikely]] {
       slot->mu.unlock();
       return r;
     }
-    const std::size_t bytes = slot->bytes;
-    slot->tag.store(tag_of(id.generation + 1, false), std::memory_order_release);
-    slot->mu.unlock();
-    // Back to one of its shard's free lists. next_free is read only by whoever takes the
-    // slot from that list (the owner, or a holder of the shard's lock).
-    const std::uint32_t sh = id.index & (SHARDS - 1);
-    Shard& s = shards_[sh];
-    if (sh < OWNED && sh == home_shard()) {
-      slot->next_free = std::exchange(s.local, id.index >> SHARD_BITS);
-      add(s.freed_local, bytes);
-    } else {
-      std::lock_guard g(s.mu);
-      slot->next_free = std::exchange(s.remote, id.index >> SHARD_BITS);
-      add(s.freed_remote, bytes);
-      s.has_remote.store(true, std::memory_order_release);
-    }
+    retire(id, slot);
     return ok();
+  }
+
+  /// erase_if's fast form: with `f(Entry&) -> bool`, and no result. Returns true when the
+  /// block was removed; false, having changed nothing (but what f did), when `id` names
+  /// no live block (matching `block`) or f returned false. The caller then takes
+  /// erase_if, which says why.
+  template <class F>
+  [[gnu::always_inline]] bool try_erase(BlockId id, const DeviceBlock* block, F&& f) noexcept {
+    Slot* slot = lock_if_live(id, block);
+    if (slot == nullptr) [[unlikely]] return false;
+    if (!f(slot->entry)) [[unlikely]] {
+      slot->mu.unlock();
+      return false;
+    }
+    retire(id, slot);
+    return true;
   }
 
   /// Calls f(const Entry&) for every live block, under its lock (tests and diagnostics).
@@ -299,6 +299,49 @@ class BlockTable {
     }
   };
 
+  /// Ends the life of the block in `slot` (locked by the caller, which lets go of it here)
+  /// and gives the slot back to one of its shard's free lists.
+  [[gnu::always_inline]] void retire(BlockId id, Slot* slot) noexcept {
+    const std::size_t bytes = slot->bytes;
+    slot->tag.store(tag_of(id.generation + 1, false), std::memory_order_release);
+    slot->mu.unlock();
+    // Back to one of its shard's free lists. next_free is read only by whoever takes the
+    // slot from that list (the owner, or a holder of the shard's lock).
+    const std::uint32_t sh = id.index & (SHARDS - 1);
+    Shard& s = shards_[sh];
+    if (sh < OWNED && sh == home_shard()) {
+      slot->next_free = std::exchange(s.local, id.index >> SHARD_BITS);
+      add(s.freed_local, bytes);
+    } else {
+      std::lock_guard g(s.mu);
+      slot->next_free = std::exchange(s.remote, id.index >> SHARD_BITS);
+      add(s.freed_remote, bytes);
+      s.has_remote.store(true, std::memory_order_release);
+    }
+  }
+
+  /// Fills free slot `local` of shard `sh` (taken by the caller) and publishes it.
+  template <class Init>
+  [[gnu::always_inline]] BlockId publish(Shard& s, std::uint32_t sh, std::uint32_t local, std::uint64_t ptr,
+                                         std::size_t bytes, Init&& init) noexcept {
+    // No lock: a free slot is no one else's. A lookup with an old id of the slot finds
+    // its generation stale and reads nothing else; the new id is not known before this
+    // returns; and the release store of the tag publishes the fields to lookups (which
+    // load it with acquire) and to peek.
+    Slot& slot = *s.at(local);
+    const std::uint32_t gen = generation(slot.tag.load(std::memory_order_relaxed));
+    slot.ptr = ptr;
+    slot.bytes = bytes;
+    if constexpr (std::is_nothrow_invocable_v<Init&, Entry&>) {
+      init(slot.entry);
+    } else {
+      static_assert(std::is_nothrow_assignable_v<Entry&, Init&&>, "init: an Entry, or noexcept init(Entry&)");
+      slot.entry = std::forward<Init>(init);
+    }
+    slot.tag.store(tag_of(gen, true), std::memory_order_release);
+    return BlockId{s.owner, (local << SHARD_BITS) | sh, gen};
+  }
+
   static std::uint32_t next_owner() noexcept {
     static std::atomic<std::uint32_t> next{1};
     return next.fetch_add(1, std::memory_order_relaxed);
@@ -321,27 +364,36 @@ class BlockTable {
     return chunk == nullptr ? nullptr : chunk + off;
   }
 
-  /// Finds and locks the live slot of `id` (the caller unlocks it); on failure returns
-  /// why, with nothing locked. The lock is taken and given by hand, not by a
-  /// std::unique_lock, whose "owns" flag the pair would store and test again.
-  [[gnu::always_inline]] std::optional<error> lock_live(BlockId id, Lookup why, const DeviceBlock* block,
-                                                        Slot*& slot) noexcept {
-    slot = const_cast<Slot*>(slot_of(id));
-    if (slot == nullptr) [[unlikely]] return lookup_error(id, why, nullptr);
+  /// The live slot of `id` (matching `block` when given), locked: the caller unlocks it.
+  /// Null, with nothing locked, when there is none. The lock is taken and given by hand,
+  /// not by a std::unique_lock, whose "owns" flag the pair would store and test again.
+  [[gnu::always_inline]] Slot* lock_if_live(BlockId id, const DeviceBlock* block) noexcept {
+    Slot* slot = const_cast<Slot*>(slot_of(id));
+    if (slot == nullptr) [[unlikely]] return nullptr;
     slot->mu.lock();
     // Acquire: pairs with insert's release store (insert fills a free slot without its lock).
     if (slot->tag.load(std::memory_order_acquire) != tag_of(id.generation, true) ||
         (block && (block->ptr() != slot->ptr || block->bytes() != slot->bytes))) [[unlikely]] {
-      return refuse_locked(id, why, slot);
+      slot->mu.unlock();
+      return nullptr;
     }
+    return slot;
+  }
+
+  /// lock_if_live, with the reason on failure.
+  std::optional<error> lock_live(BlockId id, Lookup why, const DeviceBlock* block, Slot*& slot) noexcept {
+    slot = lock_if_live(id, block);
+    if (slot == nullptr) [[unlikely]] return refused(id, why);
     return std::nullopt;
   }
 
-  /// lookup_error for a slot lock_live has locked, which it then unlocks.
-  [[gnu::cold, gnu::noinline]] error refuse_locked(BlockId id, Lookup why, Slot* slot) const {
-    error e = lookup_error(id, why, slot);
-    slot->mu.unlock();
-    return e;
+  /// Why lock_if_live refused `id`, read under the slot's lock. A refusal stands: a
+  /// generation only grows, and a live block's pointer and size do not change.
+  [[gnu::cold, gnu::noinline]] error refused(BlockId id, Lookup why) const {
+    const Slot* slot = slot_of(id);
+    if (slot == nullptr) return lookup_error(id, why, nullptr);
+    std::lock_guard lock(slot->mu);
+    return lookup_error(id, why, slot);
   }
 
   /// Why lock_live() refused `id` (`slot`: the slot it names, locked; null when there is none).

@@ -20,23 +20,33 @@ template <class D>
     return error{errc::zero_bytes, "allocation of 0 bytes on ordinal " + std::to_string(dev.ordinal()) +
                                        ", stream " + std::to_string(stream.value)};
   }
-  return error{errc::too_large, "allocation of " + std::to_string(bytes) + " bytes on ordinal " +
-                                    std::to_string(dev.ordinal()) + " exceeds the device's " +
-                                    std::to_string(dev.info().total_bytes) + " bytes"};
+  if (bytes > dev.info().total_bytes) {
+    return error{errc::too_large, "allocation of " + std::to_string(bytes) + " bytes on ordinal " +
+                                      std::to_string(dev.ordinal()) + " exceeds the device's " +
+                                      std::to_string(dev.info().total_bytes) + " bytes"};
+  }
+  return streams.unknown(stream);
 }
 
-/// Checks an allocation request against the device (`device_bytes`: its total memory)
-/// and the pool; returns the driver stream.
-/// Errors: zero_bytes, too_large (more than the device has in all), unknown_stream.
+/// Whether an allocation request may go to the driver: 1 to `device_bytes` (the
+/// device's total memory) bytes, on a stream of the pool. request_error says why not.
+template <class D>
+[[gnu::always_inline]] inline bool valid_request(const StreamPool<D>& streams, std::size_t device_bytes,
+                                                 std::size_t bytes, StreamId stream) noexcept {
+  return bytes - 1 < device_bytes && streams.contains(stream);  // bytes == 0 wraps around
+}
+
+/// Checks an allocation request against the device and the pool; returns the driver
+/// stream. Errors: zero_bytes, too_large (more than the device has in all), unknown_stream.
 template <class D>
 [[gnu::always_inline]] inline result<typename D::stream_t> check_request(const StreamPool<D>& streams,
                                                                           std::size_t device_bytes,
                                                                           std::size_t bytes,
                                                                           StreamId stream) noexcept {
-  if (bytes == 0 || bytes > device_bytes) [[unlikely]] {
+  if (!valid_request(streams, device_bytes, bytes, stream)) [[unlikely]] {
     return request_error(streams, bytes, stream);
   }
-  return streams.get(stream);
+  return streams.at(stream);
 }
 
 [[gnu::cold, gnu::noinline]] inline error block_error(const DeviceBlock& b, std::uint32_t ordinal) {
@@ -46,10 +56,15 @@ template <class D>
                                         ", not to this resource's ordinal " + std::to_string(ordinal)};
 }
 
+/// Whether `b` may be handed back to a resource of `ordinal`; block_error says why not.
+[[gnu::always_inline]] inline bool valid_block(const DeviceBlock& b, std::uint32_t ordinal) noexcept {
+  return !b.empty() && b.device_ordinal() == ordinal;
+}
+
 /// Checks that `b` may be handed back to a resource of `ordinal`.
 /// Errors: empty_block (moved-from or default), foreign_block (another ordinal).
 [[gnu::always_inline]] inline result<void> check_block(const DeviceBlock& b, std::uint32_t ordinal) noexcept {
-  if (b.empty() || b.device_ordinal() != ordinal) [[unlikely]] return block_error(b, ordinal);
+  if (!valid_block(b, ordinal)) [[unlikely]] return block_error(b, ordinal);
   return ok();
 }
 

@@ -16,16 +16,23 @@ namespace xlogrt::detail {
 /// Thread-safe; not fair, not recursive.
 class SpinLock {
  public:
-  void lock() noexcept {
-    for (unsigned spins = 0; locked_.exchange(true, std::memory_order_acquire); ) {
-      while (locked_.load(std::memory_order_relaxed)) {
-        if (++spins > 64) std::this_thread::yield();
-      }
-    }
+  /// Uncontended: one exchange, inlined; the waiting is out of line.
+  [[gnu::always_inline]] void lock() noexcept {
+    if (!locked_.exchange(true, std::memory_order_acquire)) [[likely]] return;
+    wait_and_lock();
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:
+  [[gnu::noinline]] void wait_and_lock() noexcept {
+    for (unsigned spins = 0;;) {
+      while (locked_.load(std::memory_order_relaxed)) {
+        if (++spins > 64) std::this_thread::yield();
+      }
+      if (!locked_.exchange(true, std::memory_order_acquire)) return;
+    }
+  }
+
   std::atomic<bool> locked_{false};
 };
 
