@@ -247,7 +247,7 @@ class BlockTable {
   }
 
   /// Adds to a counter that only one thread writes at a time.
-  static void add(std::atomic<std::size_t>& c, std::size_t n) noexcept {
+  [[gnu::always_inline]] static void add(std::atomic<std::size_t>& c, std::size_t n) noexcept {
     (void)detail::owned_add(c, n, std::memory_order_relaxed, true);
   }
 
@@ -356,12 +356,14 @@ class BlockTable {
   /// The slot `id` names, or nullptr when `id` is another table's or its chunk has not
   /// been made. A slot of a made chunk that the shard has not handed out yet reads as dead
   /// (tag 0), so lookups refuse it without reading `used` (lookup_error tells the two apart).
-  const Slot* slot_of(BlockId id) const noexcept {
+  [[gnu::always_inline]] const Slot* slot_of(BlockId id) const noexcept {
     const Shard& s = shards_[id.index & (SHARDS - 1)];
     if (id.owner != s.owner) [[unlikely]] return nullptr;
     const auto [k, off] = locate(id.index >> SHARD_BITS);
+    if (k >= MAX_CHUNKS) [[unlikely]] return nullptr;  // no index reaches it; said for the optimiser
     const Slot* chunk = s.chunks[k].load(std::memory_order_acquire);
-    return chunk == nullptr ? nullptr : chunk + off;
+    if (chunk == nullptr) [[unlikely]] return nullptr;
+    return chunk + off;
   }
 
   /// The live slot of `id` (matching `block` when given), locked: the caller unlocks it.
