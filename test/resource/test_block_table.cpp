@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // BlockTable on its own: ids name exactly their block (stale, freed, foreign and forged ids
-// are refused), slots are reused with new generations, growth across chunks keeps every
+// are refused), the fast forms (try_insert, try_erase) change nothing when they decline,
+// slots are reused with new generations, growth across chunks keeps every
 // id valid, and the lock-free peek never reads another block's entry, under threads that
 // insert, free and peek at once (run under TSan in CI), and no two live blocks share a
 // slot however the threads hand blocks to each other.
@@ -96,6 +97,46 @@ TEST_CASE("block table: ids name their block, and nothing else", "[block_table]"
     CHECK(touch(t, *a));
     CHECK(t.erase_if(*a, nullptr, [](Token&) { return ok(); }));
   }
+}
+
+TEST_CASE("block table: the fast forms change nothing when they decline", "[block_table]") {
+  BlockTable<Token> t;
+  // A new table has no free slot of its own: try_insert declines and counts nothing.
+  CHECK_FALSE(t.try_insert(0x1000, 256, Token{1}).valid());
+  CHECK(t.live_bytes() == 0);
+  auto a = t.insert(0x1000, 256, Token{11});
+  REQUIRE(a);
+  const DeviceBlock block{0x1000, 256, StreamId{0}, 0, AllocTag{}, *a};
+  const DeviceBlock forged{0x1000, 300, StreamId{0}, 0, AllocTag{}, *a};  // wrong size
+  int calls = 0;
+  const auto count = [&](Token&) {
+    ++calls;
+    return true;
+  };
+  CHECK_FALSE(t.try_erase(*a, &forged, count));  // refused before f runs
+  CHECK(calls == 0);
+  CHECK_FALSE(t.try_erase(*a, &block, [](Token&) { return false; }));  // f declined
+  // Both left the block live, its slot unlocked (a lock left taken would hang touch),
+  // and the count exact.
+  CHECK(touch(t, *a));
+  CHECK(t.live_bytes() == 256);
+  CHECK(peeked(t, *a) == 11);
+  CHECK(t.try_erase(*a, &block, count));
+  CHECK(calls == 1);
+  CHECK(t.live_bytes() == 0);
+  // The freed id: declined again, and the general form says why.
+  CHECK_FALSE(t.try_erase(*a, &block, count));
+  CHECK(calls == 1);
+  CHECK(t.erase_if(*a, &block, [](Token&) { return ok(); }).error().code() == errc::double_free);
+  // The slot this thread freed is now on its own list: try_insert takes it, with a new
+  // generation, so the old id stays stale.
+  const BlockId b = t.try_insert(0x2000, 512, Token{22});
+  REQUIRE(b.valid());
+  CHECK(b.index == a->index);
+  CHECK(b.generation != a->generation);
+  CHECK(t.live_bytes() == 512);
+  CHECK(peeked(t, b) == 22);
+  CHECK(touch(t, *a).error().code() == errc::stale_block);
 }
 
 TEST_CASE("block table: growth across chunks keeps every id valid", "[block_table]") {
