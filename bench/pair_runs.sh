@@ -5,17 +5,19 @@
 # all of them. One process's address layout moves that ratio by about a point, and the
 # raw pair by up to 2x (docs/design-notes.md), so a single run says little about a
 # build, and two builds compare well only over several runs each.
+# It builds alloc_pair optimised, without assertions, in build-release/ (build/ is the
+# README's debugoptimized build, whose assertions and -O2 add to the wrapper's side).
 # usage: bench/pair_runs.sh [processes=8] [rounds=1000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-8}
 rounds=${2:-1000}
-[ -f build/build.ninja ] || meson setup build
-meson compile -C build alloc_pair | tail -1  # fails when build/ has no benchmarks (-Dtests=false)
+[ -f build-release/build.ninja ] || meson setup build-release -Dbuildtype=release -Db_ndebug=true
+meson compile -C build-release alloc_pair | tail -1
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for i in $(seq "$n"); do
-  ./build/bench/alloc_pair "$rounds" 32 --async-only --no-threads
+  ./build-release/bench/alloc_pair "$rounds" 32 --async-only --no-threads
 done | awk -F'|' -v all="$out" '
   /^# allocate/ && !shown { print; shown = 1 }
   /^## / { size = $0; sub(/^## /, "", size); if (!(size in line)) order[++sizes] = size }
