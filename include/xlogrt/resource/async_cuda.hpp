@@ -137,12 +137,8 @@ class AsyncCuda {
     result<void> queued;  // the driver's error, if the free could not be queued
     const bool freed = state_->table.try_erase(b.id(), &b, [&](Track& t) __attribute__((always_inline)) {
       if (!t.alone()) [[unlikely]] return false;
-      if (queued = driver().mem_free_async(b.ptr(), a); !queued) [[unlikely]] return false;
-      t.write = Use{};
-      // Counted pending before the table stops counting it live: a concurrent
-      // bytes_outstanding() may count it twice for a moment, never miss it.
-      state_->count_queued(b.alloc_stream().value, b.bytes());
-      return true;
+      queued = queue_free<true>(t, b, a);
+      return queued.has_value();
     });
     if (!freed) [[unlikely]] return queued ? free_general(std::move(b)) : std::move(queued);
     DeviceBlock gone = std::move(b);
@@ -391,13 +387,29 @@ class AsyncCuda {
     const stream_t a = *s;
     auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) -> result<void> {
       if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
-      if (auto f = driver().mem_free_async(b.ptr(), a); !f) return f;
-      t.release_events(state_->events);
-      state_->count_queued(b.alloc_stream().value, b.bytes());  // before the table lets go: see deallocate
-      return ok();
+      return queue_free<false>(t, b, a);
     });
     if (!r) return r;
     DeviceBlock gone = std::move(b);
+    return ok();
+  }
+
+  /// Both frees' last step, under the block's lock once every use on another stream is
+  /// waited for: queues the free on `a`, lets go of the block's events and counts its
+  /// bytes pending, before the table stops counting them live (a concurrent
+  /// bytes_outstanding() may count them twice for a moment, never miss them). `Alone`:
+  /// the caller found t.alone(), so there are no events to give back (and the checks
+  /// for them, with the out-of-line release they guard, would keep the fast path from
+  /// being inlined).
+  template <bool Alone>
+  [[gnu::always_inline]] result<void> queue_free(Track& t, const DeviceBlock& b, stream_t a) noexcept {
+    if (auto f = driver().mem_free_async(b.ptr(), a); !f) [[unlikely]] return f;
+    if constexpr (Alone) {
+      t.write = Use{};
+    } else {
+      t.release_events(state_->events);
+    }
+    state_->count_queued(b.alloc_stream().value, b.bytes());
     return ok();
   }
 
