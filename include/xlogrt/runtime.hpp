@@ -235,6 +235,7 @@ struct StackBuilder<DefaultStackOn<D>> {
     budget.limit_bytes = env->budget_bytes;
     CachedOptions cache;
     cache.enabled = env->cache;
+    cache.nvtx_marks = env->cache_nvtx;
     using Base = Cached<Budget<AsyncCuda<D>>>;
     return DefaultStackOn<D>(Logging<Base, FileSink>(Base(Budget<AsyncCuda<D>>(std::move(*base), budget), cache),
                                                      std::move(sink)));

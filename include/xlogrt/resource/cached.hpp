@@ -58,6 +58,10 @@
 // Tracking. Blocks carry the upstream's ids, so prepare / finish / record_block_use go
 // to the upstream unchanged.
 //
+// compute-sanitizer. A cached block is still the process's memory to the driver; with
+// `nvtx_marks` the layer registers its blocks through the NVTX memory API, and memcheck
+// reports a kernel that reads or writes a block while it is cached.
+//
 // Thread-safe. Move-only; a moved-from Cached may only be destroyed. Destroying it gives
 // every cached block back to the upstream; no other call may run meanwhile.
 
@@ -78,6 +82,7 @@
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
+#include "xlogrt/resource/detail/nvtx_marks.hpp"
 #include "xlogrt/resource/detail/size_class.hpp"
 #include "xlogrt/resource/detail/thread_cache.hpp"
 
@@ -94,6 +99,10 @@ struct CachedOptions {
   std::uint32_t bin_blocks = detail::MAX_BIN_BLOCKS;
   /// ... and bytes (a bin of larger blocks holds fewer, but always one).
   std::size_t bin_bytes = std::size_t{64} << 20;
+  /// Tell compute-sanitizer which blocks are cached (detail/nvtx_marks.hpp), so that
+  /// memcheck reports a kernel that touches one (XLOGRT_CACHE=nvtx in the default
+  /// stack). Costs a mutex and NVTX calls per allocation: for sanitizer runs.
+  bool nvtx_marks = false;
 };
 
 /// What a Cached layer did. Counts are cumulative; bytes are a moment's view.
@@ -169,6 +178,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
           detail::bump(tc->requested, bytes);
           detail::bump(tc->granted, size);
           tc->claim.leave();
+          if (st.marks.on()) [[unlikely]] st.marks.handed(e.ptr, size);
           return DeviceBlock{e.ptr, size, stream, ordinal_, tag, e.id};
         }
       }
@@ -192,6 +202,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     auto next = up_.recycle_block(b, b.alloc_stream());
     if (!next) [[unlikely]] return std::move(next).error();
     const detail::CachedEntry e{next->ptr(), next->id(), next->tag()};
+    if (st.marks.on()) [[unlikely]] st.marks.cached(e.ptr);
     detail::ThreadCache* tc = local(st);
     if (tc != nullptr && tc->claim.enter()) [[likely]] {
       detail::CacheBin* bins = tc->streams[s].load(std::memory_order_relaxed);
@@ -284,7 +295,8 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
   };
 
   struct State {
-    explicit State(const CachedOptions& o) : options(o), serial(detail::next_cache_serial()) {
+    explicit State(const CachedOptions& o)
+        : options(o), serial(detail::next_cache_serial()), marks(o.enabled && o.nvtx_marks) {
       const std::size_t ceiling = std::min<std::size_t>(o.max_block_bytes, std::size_t{1} << 40);
       classes = !o.enabled || ceiling < detail::SMALLEST_CLASS ? 0 : detail::class_of(ceiling) + 1;
       if (classes != 0 && detail::class_bytes(classes - 1) > ceiling) --classes;
@@ -303,6 +315,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     const std::uint64_t serial;
     std::uint32_t classes = 0;
     std::vector<std::uint32_t> bin_cap;  // by class
+    detail::NvtxMarks marks;
 
     mutable std::mutex registry_mu;  // guards caches; serialises reclaimers
     std::vector<std::shared_ptr<detail::ThreadCache>> caches;
@@ -416,7 +429,14 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
   /// refused (the block is then lost to the cache, and still live upstream).
   bool give_back(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) noexcept {
     const std::size_t size = detail::class_bytes(c);
-    if (!up_.deallocate(DeviceBlock{e.ptr, size, StreamId{s}, ordinal_, e.tag, e.id})) return false;
+    st.marks.released(e.ptr);
+    if (!up_.deallocate(DeviceBlock{e.ptr, size, StreamId{s}, ordinal_, e.tag, e.id})) {
+      if (st.marks.on()) {  // still cached: watched again
+        st.marks.fresh(e.ptr, size);
+        st.marks.cached(e.ptr);
+      }
+      return false;
+    }
     st.trimmed_blocks.fetch_add(1, std::memory_order_relaxed);
     st.trimmed_bytes.fetch_add(size, std::memory_order_relaxed);
     return true;
@@ -454,8 +474,10 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     std::optional<DeviceBlock> got = take_own_depot(st, stream, c, tag, tc);
     if (got) {
       st.depot_hits.fetch_add(1, std::memory_order_relaxed);
-    } else if ((got = take_across(st, stream, c, tag))) {
+      if (st.marks.on()) st.marks.handed(got->ptr(), size);
+    } else if (spill_other_bins(st, tc, stream.value, c), (got = take_across(st, stream, c, tag))) {
       st.moves.fetch_add(1, std::memory_order_relaxed);
+      if (st.marks.on()) st.marks.handed(got->ptr(), size);
     } else {
       auto b = up_.allocate(size, stream, tag);
       if (!b && (b.error().code() == errc::out_of_memory || b.error().code() == errc::out_of_budget) &&
@@ -465,6 +487,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
       }
       if (!b) return b;
       st.misses.fetch_add(1, std::memory_order_relaxed);
+      if (st.marks.on()) st.marks.fresh(b->ptr(), size);
       got.emplace(std::move(*b));
     }
     st.requested.fetch_add(bytes, std::memory_order_relaxed);
@@ -507,6 +530,21 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     if (mine) tc->claim.leave();
     if (!e) return std::nullopt;
     return DeviceBlock{e->ptr, detail::class_bytes(c), stream, ordinal_, tag, e->id};
+  }
+
+  /// Moves the calling thread's blocks of class `c` kept for other streams than `to` to
+  /// their streams' depots, where take_across can mark them and, once their frees are
+  /// complete, move them: a thread whose work changes streams reuses its own memory.
+  void spill_other_bins(State& st, detail::ThreadCache* tc, std::uint32_t to, std::uint32_t c) noexcept {
+    if (tc == nullptr || !tc->claim.enter()) return;
+    for (std::uint32_t s = 0; s < detail::CACHE_STREAMS; ++s) {
+      detail::CacheBin* bins = s == to ? nullptr : tc->streams[s].load(std::memory_order_relaxed);
+      if (bins == nullptr) continue;
+      const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
+      for (std::uint32_t i = 0; i < n; ++i) depot_put(st, s, c, bins[c].items[i]);
+      bins[c].n.store(0, std::memory_order_relaxed);
+    }
+    tc->claim.leave();
   }
 
   /// A block of class `c` from another stream's depot whose free is known complete,

@@ -10,8 +10,9 @@
 //   XLOGRT_LOG_FILE      the CSV file Logging writes (see logging.hpp). Unset or empty:
 //                        logging off.
 //   XLOGRT_CACHE         0 / off / false: the caching layer passes every call straight
-//                        to the driver's pool (for compute-sanitizer runs); 1 / on /
-//                        true, unset or empty: caching on.
+//                        to the driver's pool; nvtx: caching on, its blocks marked for
+//                        compute-sanitizer (see cached.hpp); 1 / on / true, unset or
+//                        empty: caching on.
 // A malformed value is an invalid_argument error that names the variable and the value;
 // nothing here aborts or throws.
 
@@ -37,6 +38,7 @@ struct EnvConfig {
   std::optional<std::size_t> budget_bytes;  ///< unset: no budget
   std::optional<std::string> log_file;      ///< unset: no logging
   bool cache = true;                        ///< the caching layer on
+  bool cache_nvtx = false;                  ///< ... marking its blocks for compute-sanitizer
 };
 
 /// Parses a byte count: digits, optional spaces, an optional K/M/G/T (any case) optionally
@@ -102,9 +104,11 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
     const std::string_view v = cache;
     if (v == "0" || v == "off" || v == "false") {
       c.cache = false;
+    } else if (v == "nvtx") {
+      c.cache_nvtx = true;
     } else if (v != "1" && v != "on" && v != "true") {
       return error{errc::invalid_argument, std::string(ENV_CACHE) + "='" + std::string(v) +
-                                               "' is not one of 0, off, false, 1, on, true"};
+                                               "' is not one of 0, off, false, 1, on, true, nvtx"};
     }
   }
   return c;
