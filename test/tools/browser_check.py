@@ -57,6 +57,18 @@ class Dom(html.parser.HTMLParser):
             self._in_live = False
 
 
+def live_after(lines, record):
+    """The addresses live after record `record` (0-based, header excluded) of `lines`."""
+    live = set()
+    for text in lines[1:record + 2]:
+        f = text.split(",")
+        if f[2] == "allocate":
+            live.add(int(f[3], 16))
+        elif f[2] == "free":
+            live.discard(int(f[3], 16))
+    return live
+
+
 def chromium():
     for name in ("chromium", "chromium-browser", "google-chrome"):
         path = shutil.which(name)
@@ -106,6 +118,9 @@ def main(argv):
             return 1
         dom = Dom()
         dom.feed(r.stdout)
+        r = run_browser(browser, profile, "--dump-dom", url + "#span=500")
+        at = Dom()
+        at.feed(r.stdout)
         r2 = run_browser(browser, profile, f"--screenshot={shot}", url)
         check(r2.returncode == 0 and os.path.getsize(shot) > 10_000 if os.path.exists(shot) else False,
               f"a screenshot is saved: {shot}")
@@ -128,6 +143,14 @@ def main(argv):
     check(dom.failure_marks == want["failures"], f"{want['failures']} failure marks (page: {dom.failure_marks})")
     check(sorted(dom.lanes) == sorted(f"stream {s}" for s in want["streams"]), f"a lane per stream (page: {dom.lanes})")
     check(dom.by_id.get("failure-total", {}).get("data-count") == str(want["failures"]), "the failures are counted")
+
+    # Another moment, as a click on the timeline picks it: the page lists what the log
+    # says was live after the record it names.
+    record = int(at.by_id.get("live-title", {}).get("data-record", "-2"))
+    check(record >= 0, f"#span=500 selects a record (page: {record})")
+    listed = {int(row["data-ptr"], 16) for row in at.rows}
+    live = live_after(lines, record)
+    check(listed == live and len(live) > 0, f"the {len(live)} blocks live after record {record} are listed (page: {len(listed)})")
     if failures:
         print(f"browser_check: {len(failures)} checks failed")
         return 1

@@ -150,10 +150,7 @@ function drawTimeline() {
     tip.style.top = `${ev.pageY + 14}px`;
   });
   hit.addEventListener("mouseleave", () => { tip.style.display = "none"; cursor.setAttribute("visibility", "hidden"); });
-  hit.addEventListener("click", (ev) => {
-    const k = spanAt(ev.offsetX);
-    if (k >= 0) select(F.series.record[k], F.series.time_us[k], `+${fmtDur(F.series.time_us[k])}`);
-  });
+  hit.addEventListener("click", (ev) => selectSpan(spanAt(ev.offsetX)));
   document.getElementById("chart").append(svg);
   const legend = document.getElementById("legend");
   F.series.stacks.forEach((s, slot) => {
@@ -178,14 +175,13 @@ function drawLanes() {
     }
     svg.addEventListener("click", (ev) => {
       setStream(s);
-      const k = spanAt(ev.offsetX);
-      if (k >= 0) select(F.series.record[k], F.series.time_us[k], `+${fmtDur(F.series.time_us[k])}`);
+      selectSpan(spanAt(ev.offsetX));
     });
     lanes.append(svg);
   });
   const hidden = F.streams.length - F.series.lane_streams.length;
   document.getElementById("lanes-note").textContent =
-    `live bytes of each stream's blocks (by the stream they were allocated on)` +
+    `live bytes of each stream's blocks (by the stream they were allocated on), the most at the peak first` +
     (hidden > 0 ? `; ${hidden} smaller streams not drawn` : "") + "; click a lane to filter by its stream";
 }
 
@@ -227,6 +223,14 @@ function liveAt(record) {
 function select(record, time_us, label) {
   selected = {record, time_us, label};
   renderLive();
+}
+
+// A span of the timeline: its highest moment. The address keeps it (#span=K), so a link
+// or a reload shows the same moment.
+function selectSpan(k) {
+  if (k < 0 || k >= F.series.count) return;
+  select(F.series.record[k], F.series.time_us[k], `+${fmtDur(F.series.time_us[k])}`);
+  history.replaceState(null, "", `#span=${k}`);
 }
 
 function renderLive() {
@@ -308,7 +312,7 @@ function drawTables() {
 }
 
 function drawHistogram() {
-  const H = 180, top = 10, bottom = 44, left = 56, bw = 26;
+  const H = 200, top = 10, bottom = 64, left = 56, bw = 26;
   const bins = F.histogram, cmax = Math.max(1, ...bins.map((b) => b[2]));
   const svg = el("svg:svg", {width: left + bins.length * bw + 40, height: H, id: "size-histogram"});
   const y = (v) => top + (H - top - bottom) * (1 - v / cmax);
@@ -321,7 +325,7 @@ function drawHistogram() {
                               class: "bin", "data-count": count});
     r.append(el("svg:title", {}, `${fmtBytes(lo)} – ${fmtBytes(hi)}: ${count} allocations, ${fmtBytes(bytes)}`));
     svg.append(r);
-    svg.append(el("svg:text", {transform: `translate(${x + bw / 2 + 3},${H - bottom + 6}) rotate(60)`}, fmtBytes(lo)));
+    svg.append(el("svg:text", {transform: `translate(${x + bw / 2 - 3},${H - bottom + 10}) rotate(50)`}, fmtBytes(lo)));
   });
   document.getElementById("histogram").append(svg);
 }
@@ -360,9 +364,17 @@ async function main() {
   F.streams.forEach((g, i) => filter.append(el("option", {value: String(i)}, g.label)));
   filter.addEventListener("change", () => setStream(Number(filter.value)));
   const toPeak = () => select(F.peak.record, F.peak.time_us, "the peak");
-  document.getElementById("to-peak").addEventListener("click", toPeak);
+  document.getElementById("to-peak").addEventListener("click", () => {
+    toPeak();
+    history.replaceState(null, "", "#");
+  });
   blocks = await decodeBlocks();
-  toPeak();
+  const asked = /^#span=(\d+)$/.exec(location.hash);
+  if (asked && Number(asked[1]) < F.series.count) {
+    selectSpan(Number(asked[1]));
+  } else {
+    toPeak();
+  }
   document.documentElement.dataset.memviz = "ready";
 }
 
