@@ -104,6 +104,12 @@ class Parsing(unittest.TestCase):
         self.assertIn("Tag", messages[6])
         self.assertIn("Thread", messages[7])
 
+    def test_a_second_header_with_other_columns_is_reported(self):
+        log = log_of(HEADER, line(1, 0, "allocate", 0x100, 8, 0, 1), "Thread,Time,Action,Pointer,Size,Stream",
+                     line(1, 5, "free", 0x100, 8, 0, 1))
+        self.assertEqual([p.line for p in log.problems], [3])
+        self.assertEqual(len(log), 2)
+
     def test_a_header_without_a_column_is_a_named_error(self):
         with self.assertRaises(memlog.LogError) as e:
             log_of("Thread,Time,Action,Pointer,Stream", "1,00:00:00.0,allocate,0x1,0")
@@ -118,6 +124,33 @@ class Parsing(unittest.TestCase):
     def test_a_log_past_midnight_keeps_counting(self):
         log = log_of(HEADER, "1,23:59:59.999000,allocate,0x100,8,0,1", "1,00:00:00.001000,free,0x100,8,0,1")
         self.assertEqual(log.time_us[1] - log.time_us[0], 2000)
+
+
+class Garbage(unittest.TestCase):
+    def test_mutated_lines_are_skipped_or_read_never_a_crash(self):
+        import random
+        rng = random.Random(11)
+        lines, _ = generate(1500, 9, threads=3, fail_every=13)
+        alphabet = ",:.x0123456789abcdefz- \t\x00\xff"
+        mutated = [lines[0]]
+        for text in lines[1:]:
+            chars = list(text)
+            for _ in range(rng.randrange(3)):
+                op, at = rng.randrange(3), rng.randrange(len(chars))
+                if op == 0:
+                    chars[at] = rng.choice(alphabet)
+                elif op == 1:
+                    del chars[at]
+                else:
+                    chars.insert(at, rng.choice(alphabet))
+            mutated.append("".join(chars))
+        log = memlog.read_lines(io.StringIO("\n".join(mutated)))
+        counted = sum(1 for t in mutated[1:] if t.strip())
+        self.assertEqual(len(log) + len(log.problems), counted)
+        self.assertGreater(len(log.problems), 100)
+        self.assertTrue(all(2 <= p.line <= len(mutated) for p in log.problems))
+        tl = timeline.build(log)
+        self.assertIn("memviz-figures", page.render(tl, log, "mutated.csv"))
 
 
 class Peak(unittest.TestCase):

@@ -11,7 +11,8 @@ writes:
     140573312345856,10:30:45.123456,allocate,0x7f8a40000000,1024,2,5
 
 A malformed line is reported with its line number and skipped; it never stops the
-reading. Only an unreadable file or a header that lacks a column is an error (LogError).
+reading. Only an unreadable file or a first header that lacks a column is an error
+(LogError).
 """
 
 from dataclasses import dataclass
@@ -112,13 +113,12 @@ def read_lines(lines):
             continue
         f = line.split(",")
         if "Action" in f and "Thread" in f:  # a header: no record has these two fields
-            cols = _columns(line, line_no)
             if names is None:
-                names, idx, tag_at = cols
+                names, idx, tag_at = _columns(line, line_no)
                 width = len(names)
-            elif cols[0] != names:
-                raise LogError(f"line {line_no}: a second header with other columns")
-            continue  # a repeated header (logs appended to one another)
+            elif [n.strip() for n in f] != names:  # logs appended to one another may repeat theirs
+                log.problems.append(Problem(line_no, "a second header with other columns (the first one's are kept)"))
+            continue
         if names is None:  # no header: xlogrt's order, with or without Tag
             if len(f) not in (6, 7):
                 log.problems.append(Problem(line_no, f"{len(f)} fields, expected 6 or 7 "
