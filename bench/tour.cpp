@@ -9,7 +9,6 @@
 //
 // usage: tour [SNAPSHOT.csv]   (the log is XLOGRT_LOG_FILE's, when set)
 
-#include <xlogrt/resource/live_blocks.hpp>
 #include <xlogrt/runtime.hpp>
 
 #include <algorithm>
