@@ -23,9 +23,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import memlog    # noqa: E402
 import page      # noqa: E402
 import timeline  # noqa: E402
-from timeline import fmt_bytes  # noqa: E402
 
 SHOWN_PROBLEMS = 20
+
+
+def fmt_bytes(n):
+    """1536 -> '1.50 KiB' (as the page writes sizes)."""
+    v, unit = float(n), "B"
+    for u in ("KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024:
+            break
+        v, unit = v / 1024, u
+    return f"{n} B" if unit == "B" else f"{v:.{0 if v >= 100 else 1 if v >= 10 else 2}f} {unit}"
 
 
 def summary(tl, log, source):

@@ -7,8 +7,8 @@ JSON. The blocks, needed to list what is live at any moment the reader picks, ar
 bulk of a large log, so they go as gzip-compressed JSON in base64, decompressed by the
 page with the browser's DecompressionStream, in compact columns: each block's start
 record and its allocation time as differences from the previous block's, its life in
-records (0: never freed), and one index into a table of the distinct
-(size, tag, stream, thread) kinds.
+records (0: never freed), one index into a table of the distinct
+(size, tag, stream, thread) kinds, and its address in hexadecimal.
 """
 
 import base64

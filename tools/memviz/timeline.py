@@ -270,12 +270,3 @@ def _downsample(b, tags, streams, times, opens, closes, spans, shown_tags, lane_
     return Series(spans, shown_tags, high, rec, when,
                   [[st[k] for st in stacks] for k in range(len(vec))], lane_streams, lanes)
 
-
-def fmt_bytes(n):
-    """1536 -> '1.50 KiB' (as the page writes sizes)."""
-    v, unit = float(n), "B"
-    for u in ("KiB", "MiB", "GiB", "TiB"):
-        if abs(v) < 1024:
-            break
-        v, unit = v / 1024, u
-    return f"{n} B" if unit == "B" else f"{v:.{0 if v >= 100 else 1 if v >= 10 else 2}f} {unit}"
