@@ -30,6 +30,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -64,14 +65,17 @@ struct Alloc {
 /// (release / acquire in the cross-thread table) carrying the slot's contents.
 struct BlockSlots {
   static constexpr std::uint64_t SLOTS = 1024;
-  std::vector<DeviceBlock> slots = std::vector<DeviceBlock>(SLOTS);
+  struct alignas(64) Slot {  // a line each: the two threads of the cross-thread table never share one
+    DeviceBlock b;
+  };
+  std::vector<Slot> slots = std::vector<Slot>(SLOTS);
   std::uint64_t next = 0;  // the allocating thread's
   std::uint64_t put(DeviceBlock&& b) {
     const std::uint64_t i = next++ % SLOTS;
-    slots[i] = std::move(b);
+    slots[i].b = std::move(b);
     return i + 1;
   }
-  DeviceBlock take(std::uint64_t h) { return std::move(slots[h - 1]); }
+  DeviceBlock take(std::uint64_t h) { return std::move(slots[h - 1].b); }
 };
 
 template <class R, class... Tag>
@@ -191,7 +195,9 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   vs.push_back(resource_alloc("Cached<AsyncCuda> (bare)", bare, std::make_shared<BlockSlots>(), AllocTag{}));
   vs.push_back(resource_alloc("DeviceRuntime<DefaultStack>", rt, std::make_shared<BlockSlots>()));
 #ifdef XLOGRT_BENCH_TORCH
-  if (torch_alloc_init()) {
+  if constexpr (!std::is_same_v<D, CudaDriver>) {
+    std::printf("# torch: no PyTorch column on %s\n\n", where);
+  } else if (torch_alloc_init()) {
     Alloc a;
     a.name = "PyTorch CUDACachingAllocator";
     a.alloc = [&](std::size_t n, StreamId s) {
@@ -259,13 +265,16 @@ int run_bench(D& drv, const char* where, const Options& opt) {
     for (auto& v : vs) v.settle();
     auto ns = interleave(vs, opt.rounds / 4 + 1, 4096, [&](Alloc& v, int k) {
       constexpr int RING = 256;
-      std::vector<std::atomic<std::uint64_t>> ring(RING);
+      struct alignas(64) Cell {  // a line each, so that the two threads meet on one line per block
+        std::atomic<std::uint64_t> h{0};
+      };
+      std::vector<Cell> ring(RING);
       std::atomic<int> head{0};
       std::thread consumer([&] {
         pin_to_core(1);
         for (int i = 0; i < k; ++i) {
           std::uint64_t h;
-          while ((h = ring[i % RING].exchange(0, std::memory_order_acquire)) == 0) {
+          while ((h = ring[i % RING].h.exchange(0, std::memory_order_acquire)) == 0) {
           }
           v.free(h);
         }
@@ -273,9 +282,9 @@ int run_bench(D& drv, const char* where, const Options& opt) {
       });
       for (int i = 0; i < k; ++i) {
         const std::uint64_t h = v.alloc(64 << 10, StreamId{0});
-        while (ring[i % RING].load(std::memory_order_relaxed) != 0) {
+        while (ring[i % RING].h.load(std::memory_order_relaxed) != 0) {
         }
-        ring[i % RING].store(h == 0 ? 1 : h, std::memory_order_release);
+        ring[i % RING].h.store(h == 0 ? 1 : h, std::memory_order_release);
       }
       consumer.join();
     });

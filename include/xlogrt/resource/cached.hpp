@@ -220,7 +220,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
       tc->claim.leave();
       return ok();
     }
-    depot_put(st, s, c, e);
+    depot_put(st, s, c, &e);
     return ok();
   }
 
@@ -369,7 +369,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     std::erase_if(st.caches, [&](const std::shared_ptr<detail::ThreadCache>& tc) {
       if (!tc->orphaned.load(std::memory_order_acquire)) return false;
       tc->claim.claim();
-      drain(st, *tc, [&](std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) { depot_put(st, s, c, e); });
+      drain(st, *tc, [&](std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) { depot_put(st, s, c, &e); });
       st.retired_hits.fetch_add(tc->hits.load(std::memory_order_relaxed), std::memory_order_relaxed);
       st.retired_requested.fetch_add(tc->requested.load(std::memory_order_relaxed), std::memory_order_relaxed);
       st.retired_granted.fetch_add(tc->granted.load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -410,19 +410,20 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     return d;
   }
 
-  /// Puts one block into stream `s`'s depot; a block that cannot be kept (host memory
-  /// ran out) goes back to the upstream.
-  void depot_put(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) noexcept {
+  /// Puts blocks into stream `s`'s depot, under one lock; a block that cannot be kept
+  /// (host memory ran out) goes back to the upstream.
+  void depot_put(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry* e, std::size_t n = 1) noexcept {
+    std::size_t kept = 0;
     if (Depot* d = depot_of(st, s)) {
       std::lock_guard lock(d->mu);
       try {
-        d->fresh[c].push_back(e);
-        d->count[c].store(d->count[c].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-        return;
+        for (; kept < n; ++kept) d->fresh[c].push_back(e[kept]);
       } catch (...) {
       }
+      d->count[c].store(d->count[c].load(std::memory_order_relaxed) + static_cast<std::uint32_t>(kept),
+                        std::memory_order_relaxed);
     }
-    give_back(st, s, c, e);
+    for (; kept < n; ++kept) give_back(st, s, c, e[kept]);
   }
 
   /// Frees one cached block upstream (stream-ordered, on `s`). False when the upstream
@@ -447,12 +448,12 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
   [[gnu::noinline]] void keep_general(State& st, detail::ThreadCache* tc, std::uint32_t s, std::uint32_t c,
                                       const detail::CachedEntry& e) noexcept {
     detail::CacheBin* bins = tc->bins_of(s);
-    if (bins == nullptr) return depot_put(st, s, c, e);
+    if (bins == nullptr) return depot_put(st, s, c, &e);
     detail::CacheBin& bin = bins[c];
     std::uint32_t n = bin.n.load(std::memory_order_relaxed);
     if (n >= st.bin_cap[c]) {
       const std::uint32_t keep = n / 2;
-      for (std::uint32_t i = keep; i < n; ++i) depot_put(st, s, c, bin.items[i]);
+      depot_put(st, s, c, &bin.items[keep], n - keep);
       n = keep;
     }
     bin.items[n] = e;
@@ -475,7 +476,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     if (got) {
       st.depot_hits.fetch_add(1, std::memory_order_relaxed);
       if (st.marks.on()) st.marks.handed(got->ptr(), size);
-    } else if (spill_other_bins(st, tc, stream.value, c), (got = take_across(st, stream, c, tag))) {
+    } else if (spill_other_bins(st, tc, stream.value, c); (got = take_across(st, stream, c, tag)).has_value()) {
       st.moves.fetch_add(1, std::memory_order_relaxed);
       if (st.marks.on()) st.marks.handed(got->ptr(), size);
     } else {
@@ -541,7 +542,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
       detail::CacheBin* bins = s == to ? nullptr : tc->streams[s].load(std::memory_order_relaxed);
       if (bins == nullptr) continue;
       const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
-      for (std::uint32_t i = 0; i < n; ++i) depot_put(st, s, c, bins[c].items[i]);
+      if (n != 0) depot_put(st, s, c, bins[c].items.data(), n);
       bins[c].n.store(0, std::memory_order_relaxed);
     }
     tc->claim.leave();
@@ -569,7 +570,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
       DeviceBlock b{e->ptr, detail::class_bytes(c), StreamId{s}, ordinal_, e->tag, e->id};
       auto moved = up_.recycle_block(b, to);
       if (!moved) {
-        depot_put(st, s, c, *e);
+        depot_put(st, s, c, &*e);
         continue;
       }
       return DeviceBlock{moved->ptr(), moved->bytes(), to, ordinal_, tag, moved->id()};
@@ -621,7 +622,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     for (const auto& tc : st.caches) {
       tc->claim.claim();
       drain(st, *tc, [&](std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) {
-        if (!give_back(st, s, c, e)) depot_put(st, s, c, e);
+        if (!give_back(st, s, c, e)) depot_put(st, s, c, &e);
       });
       tc->claim.release();
     }
