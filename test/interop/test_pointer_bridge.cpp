@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// BlockMap and PointerResource on SimDriver: the pointer-level core of the bridges
-// (cuda::mr, Thrust, PyTorch). Foreign streams are adopted, bad frees are refused with
+// BlockMap, PointerResource and ThrustAllocator on SimDriver: the pointer-level core of
+// the bridges (cuda::mr, Thrust, PyTorch). Foreign streams are adopted, bad frees are refused with
 // their block kept, and record_use orders the free after a side stream's work (checked
 // by the simulator's hazard checker, which does report the hazard without it).
 
@@ -13,6 +13,7 @@
 
 #include <xlogrt/interop/block_map.hpp>
 #include <xlogrt/interop/pointer_resource.hpp>
+#include <xlogrt/interop/thrust_allocator.hpp>
 #include <xlogrt/runtime.hpp>
 
 using namespace xlogrt;
@@ -208,4 +209,29 @@ TEST_CASE("record_use and a free on another stream order the free after that str
   CHECK(side_stream_hazards(true, false) == 0);
   CHECK(side_stream_hazards(false, true) == 0);  // the free's own stream counts as a use
   CHECK(side_stream_hazards(false, false) > 0);  // proof that the check can fail
+}
+
+TEST_CASE("ThrustAllocator allocates on its stream, frees by pointer and throws a named bad_alloc",
+          "[interop][thrust]") {
+  Rig rig;
+  PointerResource<Stack> res(*rig.rt, {.tag = AllocTag{4}});
+  auto s = rig.foreign_stream();
+  ThrustAllocator<PointerResource<Stack>> alloc(res, s);
+  auto copy = alloc;  // Thrust copies its allocator
+  CHECK(copy == alloc);
+  char* p = copy.allocate(1 << 20);
+  REQUIRE(p != nullptr);
+  const DeviceBlock* b = res.find(p);
+  REQUIRE(b != nullptr);
+  CHECK(*rig.streams->get(b->alloc_stream()) == s);  // on the allocator's stream
+  CHECK(rig.rt->stack().snapshot().of(AllocTag{4}).current_bytes == 1 << 20);
+  alloc.deallocate(p, 1 << 20);
+  CHECK(rig.rt->stack().snapshot().of(AllocTag{4}).current_bytes == 0);
+  try {
+    (void)alloc.allocate(std::ptrdiff_t{1} << 50);
+    FAIL("a 1 PiB allocation succeeded");
+  } catch (const std::bad_alloc& e) {
+    CHECK(dynamic_cast<const allocation_error*>(&e) != nullptr);
+  }
+  CHECK(rig.rt->stack().snapshot().of(AllocTag{4}).failed == 1);
 }
