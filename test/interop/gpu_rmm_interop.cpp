@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <xlogrt/interop/cuda_mr.hpp>
+#include <xlogrt/resource/find_layer.hpp>
 #include <xlogrt/runtime.hpp>
 
 static_assert(xlogrt::cccl_stable_memory_resource, "RMM 26.06 needs CCCL >= 3.3: put its include/ first");
@@ -48,7 +49,7 @@ int main() {
 
   auto rt = DeviceRuntime<DefaultStack>::try_get(0);
   if (!rt) return std::printf("FAIL: %s\n", rt.error().what().c_str()), 1;
-  auto& stats = (*rt)->stack().upstream();  // Budget<Statistics<...>>: the Statistics layer
+  auto& stats = *find_layer<Statistics>((*rt)->stack());
   constexpr AllocTag TAG{77};
   const std::size_t start_bytes = (*rt)->bytes_outstanding();
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include <xlogrt/resource/find_layer.hpp>
 #include <xlogrt/runtime.hpp>
 
 #include "thrust_sort.hpp"
@@ -75,8 +76,8 @@ int main(int argc, char** argv) {
   auto rt = DeviceRuntime<DefaultStack>::try_get(0);
   if (!rt) return std::printf("FAIL: %s\n", rt.error().what().c_str()), 1;
   auto& runtime = **rt;
-  auto& stats = runtime.stack().upstream();       // Statistics
-  auto& logging = stats.upstream();               // Logging, to flush the log
+  auto& stats = *find_layer<Statistics>(runtime.stack());
+  auto& logging = *find_layer<Logging>(runtime.stack());  // to flush the log
   constexpr AllocTag TEMP{31}, KEYS{32};
   const std::size_t start_bytes = runtime.bytes_outstanding();
 

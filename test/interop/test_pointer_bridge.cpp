@@ -14,6 +14,7 @@
 #include <xlogrt/interop/block_map.hpp>
 #include <xlogrt/interop/pointer_resource.hpp>
 #include <xlogrt/interop/thrust_allocator.hpp>
+#include <xlogrt/resource/find_layer.hpp>
 #include <xlogrt/runtime.hpp>
 
 using namespace xlogrt;
@@ -58,23 +59,25 @@ TEST_CASE("BlockMap files, finds and takes blocks by pointer, the overflow inclu
   constexpr std::uint64_t N = 200;
   for (std::uint64_t i = 1; i <= N; ++i) REQUIRE(m.insert(fake_block(i << 8, i, static_cast<std::uint32_t>(i))));
   CHECK(m.overflowed() == N - BlockMap::PROBES);
-  CHECK_FALSE(m.insert(fake_block(5 << 8, 1, 999)));  // already live
+  auto dup = fake_block(5 << 8, 1, 999);
+  CHECK_FALSE(m.insert(std::move(dup)));  // already live, and left with the caller
+  CHECK(dup.id().index == 999);
   CHECK_FALSE(m.insert(DeviceBlock{}));               // empty
   for (std::uint64_t i = 1; i <= N; ++i) {
-    const DeviceBlock* b = m.find(i << 8);
-    REQUIRE(b != nullptr);
-    CHECK(b->bytes() == i);
+    const BlockMap::Entry* e = m.find(i << 8);
+    REQUIRE(e != nullptr);
+    CHECK(e->block.bytes() == i);
   }
   CHECK(m.find(7) == nullptr);
   for (std::uint64_t i = 1; i <= N; i += 2) {
-    auto b = m.take(i << 8);
-    REQUIRE(b.has_value());
-    CHECK(b->bytes() == i);
+    auto e = m.take(i << 8);
+    REQUIRE(e.has_value());
+    CHECK(e->block.bytes() == i);
     CHECK_FALSE(m.take(i << 8).has_value());  // once only
   }
   for (std::uint64_t i = 2; i <= N; i += 2) CHECK(m.find(i << 8) != nullptr);
   for (std::uint64_t i = 1; i <= N; i += 2) REQUIRE(m.insert(fake_block(i << 8, i + 1, 1)));  // slots reused
-  for (std::uint64_t i = 1; i <= N; i += 2) CHECK(m.find(i << 8)->bytes() == i + 1);
+  for (std::uint64_t i = 1; i <= N; i += 2) CHECK(m.find(i << 8)->block.bytes() == i + 1);
 }
 
 TEST_CASE("BlockMap: threads file and take their own pointers at once", "[interop]") {
@@ -91,13 +94,13 @@ TEST_CASE("BlockMap: threads file and take their own pointers at once", "[intero
         mine.push_back(p);
         if (mine.size() > LIVE) {
           const std::uint64_t q = mine[mine.size() - LIVE - 1];
-          auto b = m.take(q);
-          if (!b || b->ptr() != q) ++errors;
+          auto e = m.take(q);
+          if (!e || e->block.ptr() != q) ++errors;
         }
       }
       for (std::uint64_t q : mine) {
-        if (const DeviceBlock* b = m.find(q)) {
-          if (b->ptr() != q) ++errors;
+        if (const BlockMap::Entry* e = m.find(q)) {
+          if (e->block.ptr() != q) ++errors;
           (void)m.take(q);
         }
       }
@@ -178,10 +181,13 @@ TEST_CASE("PointerResource refuses bad input by name and keeps the block", "[int
 }
 
 namespace {
-/// Allocates on `a`, writes on side stream `b`, then frees (on `a`): with `record` the
-/// free is ordered after `b`'s write, as PyTorch's record_stream asks. Returns the
-/// simulator's hazard reports.
-std::size_t side_stream_hazards(bool record, bool free_on_side) {
+enum class Record { none, before_use, after_use };
+
+/// Allocates on `a`, writes on side stream `b`, then frees (on `a`): with record_use on
+/// `b` (before or after the write is enqueued: torch's record_stream covers the work up
+/// to the free) the free is ordered after `b`'s write. Returns the simulator's hazard
+/// reports.
+std::size_t side_stream_hazards(Record record, bool free_on_side) {
   Rig rig;
   PointerResource<Stack> res(*rig.rt);
   auto a = rig.foreign_stream();
@@ -190,8 +196,9 @@ std::size_t side_stream_hazards(bool record, bool free_on_side) {
   REQUIRE(p.has_value());
   REQUIRE(rig.sim.launch_kernel(a, {SimAccess{rig.u(*p), 1 << 12, Access::Write}}).has_value());
   REQUIRE(rig.sim.stream_synchronize(a).has_value());  // b's use below starts after a's write
+  if (record == Record::before_use) REQUIRE(res.record_use(*p, b).has_value());
   REQUIRE(rig.sim.launch_kernel(b, {SimAccess{rig.u(*p), 1 << 12, Access::Write}}).has_value());
-  if (record) REQUIRE(res.record_use(*p, b).has_value());
+  if (record == Record::after_use) REQUIRE(res.record_use(*p, b).has_value());
   REQUIRE(res.deallocate(*p, 1 << 12, free_on_side ? b : a).has_value());
   // A new block on a reuses the freed range: the simulator reports it if b still writes.
   auto q = res.allocate(1 << 12, a);
@@ -206,9 +213,10 @@ std::size_t side_stream_hazards(bool record, bool free_on_side) {
 
 TEST_CASE("record_use and a free on another stream order the free after that stream's work",
           "[interop]") {
-  CHECK(side_stream_hazards(true, false) == 0);
-  CHECK(side_stream_hazards(false, true) == 0);  // the free's own stream counts as a use
-  CHECK(side_stream_hazards(false, false) > 0);  // proof that the check can fail
+  CHECK(side_stream_hazards(Record::after_use, false) == 0);
+  CHECK(side_stream_hazards(Record::before_use, false) == 0);
+  CHECK(side_stream_hazards(Record::none, true) == 0);  // the free's own stream counts as a use
+  CHECK(side_stream_hazards(Record::none, false) > 0);  // proof that the check can fail
 }
 
 TEST_CASE("ThrustAllocator allocates on its stream, frees by pointer and throws a named bad_alloc",
@@ -234,4 +242,16 @@ TEST_CASE("ThrustAllocator allocates on its stream, frees by pointer and throws 
     CHECK(dynamic_cast<const allocation_error*>(&e) != nullptr);
   }
   CHECK(rig.rt->stack().snapshot().of(AllocTag{4}).failed == 1);
+}
+
+TEST_CASE("find_layer finds a layer of a stack whatever sits above it", "[interop]") {
+  using S = DefaultStackOn<SimDriver>;
+  static_assert(std::is_same_v<std::remove_pointer_t<decltype(find_layer<Statistics>(std::declval<S&>()))>,
+                               Statistics<Logging<AsyncCuda<SimDriver>, FileSink>>>);
+  static_assert(std::is_same_v<std::remove_pointer_t<decltype(find_layer<Logging>(std::declval<S&>()))>,
+                               Logging<AsyncCuda<SimDriver>, FileSink>>);
+  static_assert(std::is_same_v<std::remove_pointer_t<decltype(find_layer<Budget>(std::declval<S&>()))>, S>);
+  Rig rig;
+  CHECK(find_layer<Statistics>(rig.rt->stack()) == &rig.rt->stack());
+  CHECK(find_layer<AsyncCuda>(rig.rt->stack()) == &rig.rt->stack().upstream());
 }

@@ -19,13 +19,15 @@
 
 namespace xlogrt {
 
-/// The live blocks of a pointer-level bridge, keyed by device pointer.
+/// The live blocks of a pointer-level bridge, keyed by device pointer. Each entry is the
+/// block and a word of the owner's (PointerResource keeps the streams whose use of the
+/// block the free must wait for).
 ///
 /// Common path without a lock: an open-addressed table of `capacity` slots (a power of
 /// two), linear probing over at most PROBES slots. A slot's key is EMPTY (never used),
 /// TOMBSTONE (used, now free) or a pointer. insert() claims an EMPTY or TOMBSTONE slot
 /// with a compare-exchange on its key and then writes the block; take() finds the key,
-/// moves the block out and stores TOMBSTONE with release, so the next thread to claim
+/// moves the entry out and stores TOMBSTONE with release, so the next thread to claim
 /// the slot (acquire) sees the slot's block moved out. A key never returns to EMPTY, so
 /// a probe that reaches EMPTY has seen every slot its key could be in. A block whose
 /// probe window is full goes to an overflow map under a mutex; lookups take that mutex
@@ -50,9 +52,16 @@ class BlockMap {
   BlockMap(const BlockMap&) = delete;
   BlockMap& operator=(const BlockMap&) = delete;
 
-  /// Files `b` under its pointer. Returns false (and leaves `b` with the caller) for an
-  /// empty block, a pointer already present, or an overflow map that cannot grow.
-  bool insert(DeviceBlock&& b) noexcept {
+  /// A filed block and its owner's word.
+  struct Entry {
+    DeviceBlock block;
+    std::uint64_t uses = 0;
+  };
+
+  /// Files `e` under its block's pointer. Returns false (and leaves `e` with the caller)
+  /// for an empty block, a pointer already present, or an overflow map that cannot grow.
+  bool insert(Entry&& e) noexcept {
+    DeviceBlock& b = e.block;
     const std::uint64_t key = b.ptr();
     if (b.empty() || key <= TOMBSTONE) return false;
     for (std::size_t i = 0, h = home(key); i < PROBES; ++i, h = (h + 1) & mask_) {
@@ -62,7 +71,7 @@ class BlockMap {
       if (k > TOMBSTONE) continue;
       // Acquire pairs with take()'s release: the slot's previous block was moved out.
       if (s.key.compare_exchange_strong(k, key, std::memory_order_acquire, std::memory_order_relaxed)) {
-        s.block = std::move(b);
+        s.entry = std::move(e);
         return true;
       }
       if (k == key) return false;
@@ -71,7 +80,7 @@ class BlockMap {
     try {
       auto [it, fresh] = overflow_.try_emplace(key);
       if (!fresh) return false;
-      it->second = std::move(b);
+      it->second = std::move(e);
     } catch (const std::bad_alloc&) {
       return false;
     }
@@ -79,30 +88,38 @@ class BlockMap {
     return true;
   }
 
-  /// The block of `ptr`, still filed; null when `ptr` is not a live pointer of the map.
-  const DeviceBlock* find(std::uint64_t ptr) noexcept {
-    if (Slot* s = slot_of(ptr)) return &s->block;
+  /// insert() of a block with a zero word; on false `b` is left with the caller.
+  bool insert(DeviceBlock&& b) noexcept {
+    Entry e{std::move(b), 0};
+    if (insert(std::move(e))) return true;
+    b = std::move(e.block);
+    return false;
+  }
+
+  /// The entry of `ptr`, still filed; null when `ptr` is not a live pointer of the map.
+  Entry* find(std::uint64_t ptr) noexcept {
+    if (Slot* s = slot_of(ptr)) return &s->entry;
     if (overflow_size_.load(std::memory_order_relaxed) == 0) return nullptr;
     std::lock_guard lock(overflow_mu_);
     auto it = overflow_.find(ptr);
     return it == overflow_.end() ? nullptr : &it->second;  // stable: node-based map
   }
 
-  /// Removes and returns the block of `ptr`; nullopt when it is not a live pointer.
-  std::optional<DeviceBlock> take(std::uint64_t ptr) noexcept {
+  /// Removes and returns the entry of `ptr`; nullopt when it is not a live pointer.
+  std::optional<Entry> take(std::uint64_t ptr) noexcept {
     if (Slot* s = slot_of(ptr)) {
-      DeviceBlock b = std::move(s->block);
+      Entry e = std::move(s->entry);
       s->key.store(TOMBSTONE, std::memory_order_release);
-      return b;
+      return e;
     }
     if (overflow_size_.load(std::memory_order_relaxed) == 0) return std::nullopt;
     std::lock_guard lock(overflow_mu_);
     auto it = overflow_.find(ptr);
     if (it == overflow_.end()) return std::nullopt;
-    DeviceBlock b = std::move(it->second);
+    Entry e = std::move(it->second);
     overflow_.erase(it);
     overflow_size_.fetch_sub(1, std::memory_order_relaxed);
-    return b;
+    return e;
   }
 
   /// Slots of the lock-free table.
@@ -116,7 +133,7 @@ class BlockMap {
 
   struct Slot {
     std::atomic<std::uint64_t> key{EMPTY};
-    DeviceBlock block;
+    Entry entry;
   };
 
   /// Device allocations are at least 256-byte aligned: drop those bits, then mix.
@@ -138,7 +155,7 @@ class BlockMap {
   std::unique_ptr<Slot[]> slots_;
   std::atomic<std::size_t> overflow_size_{0};
   std::mutex overflow_mu_;
-  std::unordered_map<std::uint64_t, DeviceBlock> overflow_;
+  std::unordered_map<std::uint64_t, Entry> overflow_;
 };
 
 }  // namespace xlogrt

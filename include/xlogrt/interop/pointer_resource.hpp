@@ -5,6 +5,8 @@
 // the common part of the bridges to engines that allocate with `void*` and a stream of
 // their own (cuda::mr, Thrust, PyTorch).
 
+#include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -32,8 +34,10 @@ struct PointerResourceOptions {
 /// Streams are the caller's driver streams: each is adopted into the runtime's
 /// StreamPool on first sight (StreamPool::adopt, keyed by the driver's stream id, so a
 /// reused handle is a new stream) and every later call finds it without a lock. A
-/// block's free is queued on the stream it was allocated on, after the uses tracked on
-/// other streams (record_use) and after the work on the stream `deallocate` is given.
+/// block's free is queued on the stream it was allocated on, after the work enqueued up
+/// to the free on every stream named by record_use, and on the stream `deallocate` is
+/// given (PyTorch's record_stream semantics: the use is recorded when the block is freed,
+/// so work enqueued after record_use is covered too).
 ///
 /// Alignment: device pool allocations are 256-byte aligned (CUDA_ALLOCATION_ALIGNMENT);
 /// a request for more, or for an alignment that is not a power of two, is refused with
@@ -41,6 +45,9 @@ struct PointerResourceOptions {
 ///
 /// Every error leaves the accounting unchanged: a refused free keeps the block filed
 /// (the memory is not lost, and a corrected call frees it).
+///
+/// Contexts: no member makes a context current. The stack's hot paths name their stream
+/// and need none, and its other paths make the device's current themselves.
 ///
 /// Thread-safe: any thread may call any member (the stack and the map are thread-safe).
 /// Not copyable: bridges that must be copied (cuda::mr resources, Thrust allocators)
@@ -71,7 +78,6 @@ class PointerResource {
     }
     auto id = stream_id(stream);
     if (!id) return std::move(id).error();
-    if (auto r = rt_->stack().make_current(); !r) [[unlikely]] return std::move(r).error();
     auto b = rt_->allocate(bytes, *id, tag_);
     if (!b) return std::move(b).error();
     void* p = b->template as<void>();
@@ -90,47 +96,54 @@ class PointerResource {
   /// not hand out (or freed already), invalid_argument for a size that is not the
   /// block's; the stack's.
   result<void> deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
-    auto b = map_.take(key(ptr));
-    if (!b) return unknown(ptr, "deallocate");
-    if (bytes != 0 && bytes != b->bytes()) [[unlikely]] {
-      error e{errc::invalid_argument, "deallocate of " + hex(ptr) + " with " + std::to_string(bytes) +
-                                          " bytes; it was allocated with " + std::to_string(b->bytes())};
-      (void)map_.insert(std::move(*b));
-      return e;
-    }
-    if (auto r = rt_->stack().make_current(); !r) [[unlikely]] {
-      (void)map_.insert(std::move(*b));
-      return r;
+    auto e = map_.take(key(ptr));
+    if (!e) return unknown(ptr, "deallocate");
+    // Every refusal below files the entry again, as it was: nothing is lost.
+    if (bytes != 0 && bytes != e->block.bytes()) [[unlikely]] {
+      error err{errc::invalid_argument, "deallocate of " + hex(ptr) + " with " + std::to_string(bytes) +
+                                            " bytes; it was allocated with " + std::to_string(e->block.bytes())};
+      (void)map_.insert(std::move(*e));
+      return err;
     }
     if constexpr (supports_block_use_tracking) {
-      if (auto r = ordered_after(*b, stream); !r) [[unlikely]] {
-        (void)map_.insert(std::move(*b));
+      if (auto r = order_free(*e, stream); !r) [[unlikely]] {
+        (void)map_.insert(std::move(*e));
         return r;
       }
     }
-    auto r = rt_->deallocate(std::move(*b));
-    if (!r) [[unlikely]] (void)map_.insert(std::move(*b));  // refused: the block is untouched
+    auto r = rt_->deallocate(std::move(e->block));
+    if (!r) [[unlikely]] (void)map_.insert(std::move(*e));  // refused: the block is untouched
     return r;
   }
 
-  /// The free of `ptr` waits for the work enqueued on `stream` up to now (PyTorch's
-  /// record_stream). Errors: foreign_block, the stack's.
+  /// The free of `ptr` waits for the work enqueued on `stream` up to the free (PyTorch's
+  /// record_stream). The stream is noted in the block's entry and its use recorded when
+  /// the block is freed; a stream with a StreamId of 64 or more (a process with that many
+  /// streams) has its use recorded now instead, covering the work enqueued so far.
+  /// record_use and deallocate of one pointer must not race (torch holds the GIL).
+  /// Errors: foreign_block, the stack's.
   result<void> record_use(const void* ptr, stream_t stream) noexcept
     requires TrackingResource<Stack>
   {
-    const DeviceBlock* b = map_.find(key(ptr));
-    if (b == nullptr) return unknown(ptr, "record_use");
+    BlockMap::Entry* e = map_.find(key(ptr));
+    if (e == nullptr) return unknown(ptr, "record_use");
     auto id = stream_id(stream);
     if (!id) return std::move(id).error();
-    if (auto r = rt_->stack().make_current(); !r) [[unlikely]] return r;
-    return rt_->record_block_use(*b, *id);
+    if (id->value < DEFERRED_STREAMS) {
+      std::atomic_ref<std::uint64_t>(e->uses).fetch_or(std::uint64_t{1} << id->value, std::memory_order_relaxed);
+      return ok();
+    }
+    return rt_->record_block_use(e->block, *id);
   }
 
   /// The StreamId of a driver stream, adopting it on first sight.
   result<StreamId> stream_id(stream_t stream) noexcept { return rt_->streams()->adopt(stream); }
 
   /// The block of a live pointer, or null.
-  const DeviceBlock* find(const void* ptr) noexcept { return map_.find(key(ptr)); }
+  const DeviceBlock* find(const void* ptr) noexcept {
+    BlockMap::Entry* e = map_.find(key(ptr));
+    return e == nullptr ? nullptr : &e->block;
+  }
 
   runtime_type& runtime() const noexcept { return *rt_; }
   AllocTag tag() const noexcept { return tag_; }
@@ -150,13 +163,28 @@ class PointerResource {
                                           "here, or freed already)"};
   }
 
-  /// A free on another stream than the block's own waits for that stream's work.
-  result<void> ordered_after(const DeviceBlock& b, stream_t stream) noexcept {
+  /// Records the uses the free waits for: the streams noted by record_use, and the
+  /// free's own stream when it is not the block's. A use recorded twice only costs an
+  /// event; a failure part-way leaves uses recorded, which only delays the free.
+  result<void> order_free(const BlockMap::Entry& e, stream_t stream) noexcept {
+    // The common case: freed on its own stream's handle (the free is queued on that very
+    // handle, so even a reused one is ordered right), with no use noted.
+    if (e.uses == 0 && stream == rt_->streams()->at(e.block.alloc_stream())) return ok();
     auto id = stream_id(stream);
     if (!id) return std::move(id).error();
-    if (*id == b.alloc_stream()) return ok();
-    return rt_->record_block_use(b, *id);
+    std::uint64_t uses = e.uses;
+    if (*id != e.block.alloc_stream() && id->value < DEFERRED_STREAMS) uses |= std::uint64_t{1} << id->value;
+    if (e.block.alloc_stream().value < DEFERRED_STREAMS) uses &= ~(std::uint64_t{1} << e.block.alloc_stream().value);
+    for (; uses != 0; uses &= uses - 1) {
+      const StreamId use{static_cast<std::uint32_t>(std::countr_zero(uses))};
+      if (auto r = rt_->record_block_use(e.block, use); !r) [[unlikely]] return r;
+    }
+    if (*id != e.block.alloc_stream() && id->value >= DEFERRED_STREAMS) return rt_->record_block_use(e.block, *id);
+    return ok();
   }
+
+  /// StreamIds whose record_use is deferred to the free (one bit each in the entry).
+  static constexpr std::uint32_t DEFERRED_STREAMS = 64;
 
   runtime_type* rt_;
   AllocTag tag_;
