@@ -235,6 +235,9 @@ TEST_CASE("ThrustAllocator allocates on its stream, frees by pointer and throws 
   CHECK(rig.rt->stack().snapshot().of(AllocTag{4}).current_bytes == 1 << 20);
   alloc.deallocate(p, 1 << 20);
   CHECK(rig.rt->stack().snapshot().of(AllocTag{4}).current_bytes == 0);
+  CHECK(alloc.allocate(0) == nullptr);  // an empty temporary buffer: no block, no error
+  alloc.deallocate(nullptr, 0);
+  CHECK(rig.rt->stack().snapshot().of(AllocTag{4}).allocations == 1);
   try {
     (void)alloc.allocate(std::ptrdiff_t{1} << 50);
     FAIL("a 1 PiB allocation succeeded");

@@ -37,13 +37,17 @@ class ThrustAllocator {
 
   ThrustAllocator(Resource& resource, stream_type stream) noexcept : res_(&resource), stream_(stream) {}
 
+  /// 0 bytes (Thrust asks for an empty temporary buffer): a null pointer, no block.
   char* allocate(std::ptrdiff_t bytes) {
+    if (bytes == 0) return nullptr;
     auto p = res_->allocate(static_cast<std::size_t>(bytes), stream_);
     if (!p) throw allocation_error(std::move(p).error());
     return static_cast<char*>(*p);
   }
 
-  void deallocate(char* ptr, std::size_t bytes) noexcept { (void)res_->deallocate(ptr, bytes, stream_); }
+  void deallocate(char* ptr, std::size_t bytes) noexcept {
+    if (ptr != nullptr) (void)res_->deallocate(ptr, bytes, stream_);
+  }
 
   Resource& resource() const noexcept { return *res_; }
   stream_type stream() const noexcept { return stream_; }
