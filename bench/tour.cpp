@@ -3,6 +3,11 @@
 // the same stack on SimDriver otherwise, runs a small multi-stream workload
 // through it — producers write blocks on their streams, consumers on other streams read
 // them, owners free them while the reads may still be queued — and prints what it saw.
+// Then an engine step that asks for more than the device has, with LiveBlocks recording:
+// the snapshot of what was live when the allocation failed is written as a CSV that
+// tools/memviz draws (bench/tour.sh does, and draws the run's log too).
+//
+// usage: tour [SNAPSHOT.csv]   (the log is XLOGRT_LOG_FILE's, when set)
 
 #include <xlogrt/runtime.hpp>
 
@@ -10,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -34,12 +40,58 @@ void print_statistics(const R& r) {
   }
 }
 
+/// Flushes the Logging layer's sink, wherever it sits in the stack.
+template <class R>
+result<void> flush_log(R& r) {
+  if constexpr (requires { r.flush(); }) {
+    return r.flush();
+  } else if constexpr (requires { r.upstream(); }) {
+    return flush_log(r.upstream());
+  } else {
+    return ok();
+  }
+}
+
+/// An engine step on its own stack, LiveBlocks over AsyncCuda on the runtime's streams:
+/// weights, activations on three streams and a workspace are live when a request for
+/// more than the device holds fails; the snapshot then goes to `path`.
+template <class Runtime>
+bool snapshot_on_failure(Runtime& rt, const char* path) {
+  using D = typename Runtime::driver_type;
+  auto base = AsyncCuda<D>::create(rt.streams());
+  if (!base) {
+    std::printf("  snapshot: AsyncCuda failed: %s\n", base.error().what().c_str());
+    return false;
+  }
+  LiveBlocks<AsyncCuda<D>> stack{std::move(*base)};
+  std::vector<DeviceBlock> held;
+  auto take = [&](std::size_t bytes, std::uint32_t stream, std::uint32_t tag) {
+    auto b = stack.allocate(bytes, StreamId{stream}, AllocTag{tag});
+    if (b) held.push_back(std::move(*b));
+    return b.has_value();
+  };
+  bool fine = true;
+  for (int i = 0; i < 4; ++i) fine = take(std::size_t{8} << 20, 0, 10) && fine;           // weights
+  for (std::uint32_t s = 1; s <= 3; ++s) fine = take(std::size_t{2} << 20, s, 20 + s) && fine;  // activations
+  fine = take(std::size_t{1} << 20, 1, 30) && fine;                                              // workspace
+  const std::size_t too_much = rt.device()->info().total_bytes * 2;
+  auto failed = stack.allocate(too_much, StreamId{2}, AllocTag{40});
+  const auto snap = stack.snapshot();
+  const auto saved = snap.save(path);
+  std::printf("  snapshot: a %zu-byte request %s; %zu blocks (%zu bytes) were live; %s %s\n", too_much,
+              failed ? "succeeded (unexpected)" : "failed", snap.blocks.size(), snap.bytes(),
+              saved ? "written to" : "not written:", saved ? path : saved.error().what().c_str());
+  for (auto& b : held) fine = stack.deallocate(std::move(b)).has_value() && fine;
+  fine = stack.reap_pending().has_value() && fine;
+  return fine && !failed && saved && snap.blocks.size() == held.size() && snap.last_failure.has_value();
+}
+
 constexpr int THREADS = 4;
 constexpr int ROUNDS = 200;
 constexpr std::size_t BYTES = 256 * 1024;
 
 template <class Runtime>
-int tour(Runtime& rt, const char* driver_name) {
+int tour(Runtime& rt, const char* driver_name, const char* snapshot_path) {
   const auto& info = rt.device()->info();
   std::printf("xlogrt tour on %s: ordinal %u, %s, %.1f GiB, %zu streams, stack %s\n", driver_name,
               rt.device_ordinal(), info.name.c_str(), static_cast<double>(info.total_bytes) / (1u << 30),
@@ -101,16 +153,22 @@ int tour(Runtime& rt, const char* driver_name) {
   print_statistics(rt.stack());
   auto zero = rt.allocate(0);
   std::printf("  a zero-byte request: %s\n", zero ? "accepted (bug)" : zero.error().what().c_str());
-  return (wrong == 0 && errors == 0 && reaped && rt.bytes_outstanding() == 0 && !zero) ? 0 : 1;
+  const bool flushed = flush_log(rt.stack()).has_value();
+  if (const char* log = std::getenv(ENV_LOG_FILE); log != nullptr && *log != '\0') {
+    std::printf("  log: %s%s\n", log, flushed ? "" : " (some records were dropped)");
+  }
+  const bool snapped = snapshot_path == nullptr || snapshot_on_failure(rt, snapshot_path);
+  return (wrong == 0 && errors == 0 && reaped && rt.bytes_outstanding() == 0 && !zero && flushed && snapped) ? 0 : 1;
 }
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const char* snapshot_path = argc > 1 ? argv[1] : nullptr;
   auto cuda = CudaDriver::open();
   if (cuda) {
     auto rt = DeviceRuntime<DefaultStack>::try_get(0);
-    if (rt) return tour(**rt, "the GPU (CudaDriver)");
+    if (rt) return tour(**rt, "the GPU (CudaDriver)", snapshot_path);
     std::printf("xlogrt: the CUDA driver loaded but ordinal 0 did not open: %s\n", rt.error().what().c_str());
   } else {
     std::printf("xlogrt: no GPU here (%s)\n", cuda.error().what().c_str());
@@ -121,7 +179,7 @@ int main() {
     std::printf("xlogrt: SimDriver failed: %s\n", rt.error().what().c_str());
     return 1;
   }
-  const int rc = tour(**rt, "SimDriver");
+  const int rc = tour(**rt, "SimDriver", snapshot_path);
   const auto hazards = (*rt)->driver().hazards();
   std::printf("  cross-stream hazards the simulator found: %zu\n", hazards.size());
   for (const auto& h : hazards) std::printf("    %s\n", to_string(h).c_str());

@@ -29,11 +29,13 @@
 #include "xlogrt/resource/any_resource.hpp"
 #include "xlogrt/resource/async_cuda.hpp"
 #include "xlogrt/resource/budget.hpp"
+#include "xlogrt/resource/cached.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/debug_guard.hpp"
 #include "xlogrt/resource/direct_cuda.hpp"
 #include "xlogrt/resource/env_config.hpp"
 #include "xlogrt/resource/find_layer.hpp"
+#include "xlogrt/resource/live_blocks.hpp"
 #include "xlogrt/resource/logging.hpp"
 #include "xlogrt/resource/statistics.hpp"
 
@@ -198,22 +200,26 @@ class DeviceRuntime {
 };
 
 /// The default stack over driver D, outermost first:
-/// - Budget: the per-ordinal byte budget, from XLOGRT_BUDGET_BYTES (unset: no limit);
-/// - Statistics: per-tag current / peak / cumulative bytes and counts (always on: a few
-///   relaxed atomic additions per call);
+/// - Statistics: per-tag current / peak / cumulative bytes and counts of what the users
+///   hold (always on: a few relaxed atomic additions per call);
 /// - Logging to a CSV file in RMM's layout, from XLOGRT_LOG_FILE (unset: off, and a
-///   disabled FileSink costs one predictable branch);
+///   disabled FileSink costs one predictable branch), every user allocation and free;
+/// - Cached: freed blocks kept on the host and handed out again without a driver call
+///   (XLOGRT_CACHE=0: off, every call goes to the pool);
+/// - Budget: the per-ordinal byte budget, from XLOGRT_BUDGET_BYTES (unset: no limit),
+///   charging every byte the stack holds, cached ones included;
 /// - AsyncCuda: stream-ordered allocation from the device's pool with cross-stream use
-///   tracking, its release threshold at the maximum (memory stays cached, as in RMM's
-///   and PyTorch's caching allocators).
+///   tracking, its release threshold at the maximum (the pool keeps what the cache gives
+///   back, as RMM's and PyTorch's caching allocators keep theirs).
 template <Driver D>
-using DefaultStackOn = Budget<Statistics<Logging<AsyncCuda<D>, FileSink>>>;
+using DefaultStackOn = Statistics<Logging<Cached<Budget<AsyncCuda<D>>>, FileSink>>;
 
 /// The stack `DeviceRuntime<DefaultStack>::try_get(ordinal)` builds, on the real driver.
 using DefaultStack = DefaultStackOn<CudaDriver>;
 
 /// Builds the default stack from the environment. Errors: invalid_argument for a
-/// malformed XLOGRT_BUDGET_BYTES, the log file's open error, the base resource's errors.
+/// malformed XLOGRT_BUDGET_BYTES or XLOGRT_CACHE, the log file's open error, the base
+/// resource's errors.
 template <Driver D>
 struct StackBuilder<DefaultStackOn<D>> {
   static result<DefaultStackOn<D>> build(const std::shared_ptr<StreamPool<D>>& streams) noexcept {
@@ -229,9 +235,12 @@ struct StackBuilder<DefaultStackOn<D>> {
     }
     BudgetOptions budget;
     budget.limit_bytes = env->budget_bytes;
-    return DefaultStackOn<D>(
-        Statistics<Logging<AsyncCuda<D>, FileSink>>(Logging<AsyncCuda<D>, FileSink>(std::move(*base), std::move(sink))),
-        budget);
+    CachedOptions cache;
+    cache.enabled = env->cache;
+    cache.nvtx_marks = env->cache_nvtx;
+    using Base = Cached<Budget<AsyncCuda<D>>>;
+    return DefaultStackOn<D>(Logging<Base, FileSink>(Base(Budget<AsyncCuda<D>>(std::move(*base), budget), cache),
+                                                     std::move(sink)));
   }
 };
 

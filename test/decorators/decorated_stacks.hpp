@@ -14,6 +14,7 @@
 #include <xlogrt/resource/budget.hpp>
 #include <xlogrt/resource/debug_guard.hpp>
 #include <xlogrt/resource/direct_cuda.hpp>
+#include <xlogrt/resource/live_blocks.hpp>
 #include <xlogrt/resource/logging.hpp>
 #include <xlogrt/resource/statistics.hpp>
 
@@ -52,6 +53,15 @@ struct LoggingAsync : OverAsync<D> {
   static constexpr const char* name = "Logging<AsyncCuda, RingSink>";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) {
     return OverAsync<D>::wrap(s, [](AsyncCuda<D>&& a) -> type { return type{std::move(a), RingSink(1024)}; });
+  }
+};
+
+template <class D>
+struct LiveBlocksAsync : OverAsync<D> {
+  using type = LiveBlocks<AsyncCuda<D>>;
+  static constexpr const char* name = "LiveBlocks<AsyncCuda>";
+  static result<type> make(const std::shared_ptr<StreamPool<D>>& s) {
+    return OverAsync<D>::wrap(s, [](AsyncCuda<D>&& a) -> type { return type{std::move(a)}; });
   }
 };
 

@@ -21,7 +21,7 @@ using namespace xlogrt::testing;
 
 using DecoratedStacks =
     std::tuple<BudgetAsync<SimDriver>, BudgetDirect<SimDriver>, StatisticsAsync<SimDriver>,
-               LoggingAsync<SimDriver>, DebugGuardAsync<SimDriver>, FullAsync<SimDriver>, AnyAsync<SimDriver>>;
+               LoggingAsync<SimDriver>, LiveBlocksAsync<SimDriver>, DebugGuardAsync<SimDriver>, FullAsync<SimDriver>, AnyAsync<SimDriver>>;
 
 TEMPLATE_LIST_TEST_CASE("decorated stacks honour the resource contract on SimDriver", "[sim][conformance]",
                         DecoratedStacks) {

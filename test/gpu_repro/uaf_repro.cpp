@@ -22,7 +22,11 @@
 // otherwise. How often the untracked variant goes wrong is reported, not asserted: it
 // depends on timing (the output says whether the bug reproduced).
 //
-// usage: gpu_uaf_repro [--iterations N] [--short] [--probe]
+// With --other-stream the new owner allocates on stream C instead of A: the caching layer
+// of the default stack then moves blocks freed on A to C, which it may do only once their
+// frees are complete on the GPU (with tracking, after the reader on B).
+//
+// usage: gpu_uaf_repro [--iterations N] [--short] [--probe] [--other-stream]
 //                      [--variant all|untracked|tracked|tracked-kernel]
 //                      [--bytes B] [--passes P] [--spin-us U]
 //   --short   50 iterations, for compute-sanitizer (which slows every launch down)
@@ -52,6 +56,7 @@ constexpr int SKIP = 77;
 using Rt = DeviceRuntime<DefaultStack>;
 constexpr StreamId A{0};  // the owner's stream
 constexpr StreamId B{1};  // the reader's stream
+constexpr StreamId C{2};  // the new owner's, with --other-stream
 
 enum class Variant { untracked, tracked, tracked_kernel };
 
@@ -71,6 +76,7 @@ struct Options {
   std::uint32_t passes = 8;
   std::uint32_t spin_us = 20;
   bool probe = false;
+  StreamId again = A;  // where the new owner allocates
 };
 
 struct Outcome {
@@ -108,6 +114,7 @@ class Repro {
     spin_ns_ = std::uint64_t{o.spin_us} * 1000;
     sa_ = take(rt.stream(A), "stream A");
     sb_ = take(rt.stream(B), "stream B");
+    sn_ = take(rt.stream(o.again), "the new owner's stream");
     ev_ = take(rt.driver().event_create(), "cuEventCreate");
   }
   Repro(const Repro&) = delete;
@@ -181,31 +188,32 @@ class Repro {
       }
     }
 
-    // 3. The owner frees the block on A and at once allocates again on A: stream order
-    //    lets the pool hand back the same memory.
+    // 3. The owner frees the block on A and at once allocates again on A (or C): stream
+    //    order lets the pool or the cache hand back the same memory on A; on C the cache
+    //    hands back memory whose free is complete.
     take(rt_.deallocate(std::move(block)), "freeing the block on A");
-    DeviceBlock next = take(rt_.allocate(o_.bytes, A), "allocating again on A");
+    DeviceBlock next = take(rt_.allocate(o_.bytes, o_.again), "allocating again");
     auto* q = reinterpret_cast<std::uint32_t*>(next.ptr());
     const bool reused = next.ptr() == first;
 
     // 4. The new owner overwrites it on A, quickly.
     switch (v) {
       case Variant::untracked:
-        take_cuda(uaf::enqueue_overwrite(sa_, q, n_), "overwrite on A");
+        take_cuda(uaf::enqueue_overwrite(sn_, q, n_), "overwrite");
         break;
       case Variant::tracked:
-        take(launch(rt_, A, [&](CUstream s) { return uaf::enqueue_overwrite(s, q, n_); }, write(next)),
-             "overwrite on A");
+        take(launch(rt_, o_.again, [&](CUstream s) { return uaf::enqueue_overwrite(s, q, n_); }, write(next)),
+             "overwrite");
         break;
       case Variant::tracked_kernel: {
         void* args[] = {&q, &n_};
-        take(launch(rt_, A, KernelLaunch{k_.overwrite, {uaf::fill_grid}, {uaf::block_threads}, 0, args},
+        take(launch(rt_, o_.again, KernelLaunch{k_.overwrite, {uaf::fill_grid}, {uaf::block_threads}, 0, args},
                     write(next)),
-             "overwrite on A");
+             "overwrite");
         break;
       }
     }
-    take(rt_.deallocate(std::move(next)), "freeing the second block on A");
+    take(rt_.deallocate(std::move(next)), "freeing the second block");
 
     // 5. Each iteration is a trial of its own: drain both streams.
     take(rt_.driver().stream_synchronize(sb_), "synchronising stream B");
@@ -220,6 +228,7 @@ class Repro {
   std::uint64_t spin_ns_ = 0;
   CUstream sa_ = nullptr;
   CUstream sb_ = nullptr;
+  CUstream sn_ = nullptr;
   CUevent ev_ = nullptr;
 };
 
@@ -242,6 +251,8 @@ Options parse(int argc, char** argv) {
       o.iterations = 50;
     } else if (a == "--probe") {
       o.probe = true;
+    } else if (a == "--other-stream") {
+      o.again = C;
     } else if (a == "--bytes") {
       o.bytes = static_cast<std::size_t>(number(i));
       if (o.bytes % 4 != 0 || o.bytes > (std::size_t{1} << 30)) {
@@ -267,7 +278,7 @@ Options parse(int argc, char** argv) {
       }
     } else {
       die("unknown argument " + std::string(a) +
-          " (usage: gpu_uaf_repro [--iterations N] [--short] [--probe]"
+          " (usage: gpu_uaf_repro [--iterations N] [--short] [--probe] [--other-stream]"
           " [--variant all|untracked|tracked|tracked-kernel] [--bytes B] [--passes P] [--spin-us U])");
     }
   }
@@ -323,10 +334,13 @@ int main(int argc, char** argv) {
               "DeviceRuntime<DefaultStack>\n",
               info.name.c_str(), info.cc_major, info.cc_minor, info.multiprocessors, (*drv)->driver_version());
   std::printf("# %zu-byte block allocated on stream %u (A), read on stream %u (B) by %u x %u threads: %u passes, "
-              "each after a %u us spin; %u iterations per variant\n\n",
-              o.bytes, A.value, B.value, uaf::reader_grid, uaf::block_threads, o.passes, o.spin_us, o.iterations);
-  std::printf("| variant | iterations | wrong checksums | same address handed back | ms/iteration |\n"
-              "|---|---|---|---|---|\n");
+              "each after a %u us spin; the next owner allocates on stream %u; %u iterations per variant\n",
+              o.bytes, A.value, B.value, uaf::reader_grid, uaf::block_threads, o.passes, o.spin_us, o.again.value,
+              o.iterations);
+  auto& cache = rt.stack().upstream().upstream();
+  std::printf("# caching layer %s\n\n", cache.options().enabled ? "on" : "off (XLOGRT_CACHE=0)");
+  std::printf("| variant | iterations | wrong checksums | same address handed back | ms/iteration | cache hits "
+              "| cache moves across streams |\n|---|---|---|---|---|---|---|\n");
 
   Repro repro(rt, o, handles);
   std::uint32_t untracked_wrong = 0;
@@ -335,8 +349,12 @@ int main(int argc, char** argv) {
   std::uint32_t tracked_runs = 0;
   bool ran_untracked = false;
   for (Variant v : o.variants) {
+    const CacheStats before = cache.stats();
     const Outcome out = repro.run(v);
-    std::printf("| %s | %u | %u | %u | %.3f |\n", name_of(v), o.iterations, out.wrong, out.reused, out.ms);
+    const CacheStats after = cache.stats();
+    std::printf("| %s | %u | %u | %u | %.3f | %llu | %llu |\n", name_of(v), o.iterations, out.wrong, out.reused, out.ms,
+                static_cast<unsigned long long>(after.hits - before.hits),
+                static_cast<unsigned long long>(after.cross_stream_moves - before.cross_stream_moves));
     std::fflush(stdout);
     if (v == Variant::untracked) {
       ran_untracked = true;

@@ -24,6 +24,7 @@ struct OverDirect {
   using driver = D;
   static constexpr const char* alloc_call = "cuMemAlloc";
   static constexpr const char* free_call = "cuMemFree";
+  static constexpr bool caches = false;
 };
 
 /// What the stacks over AsyncCuda share: the driver, the calls a failure is injected
@@ -33,6 +34,9 @@ struct OverAsync {
   using driver = D;
   static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
   static constexpr const char* free_call = "cuMemFreeAsync";
+  /// Whether deallocate keeps the block (a caching layer): its free then reaches the
+  /// driver only to make the stream wait for uses on other streams.
+  static constexpr bool caches = false;
   template <class F>
   static auto wrap(const std::shared_ptr<StreamPool<D>>& s, F&& f) -> result<decltype(f(std::declval<AsyncCuda<D>>()))> {
     auto a = make_async(s);
@@ -55,9 +59,24 @@ struct DirectStack : OverDirect<D> {
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) { return type(s); }
 };
 
-/// The default stack (Budget<Statistics<Logging<AsyncCuda>>>), built as try_get builds it.
+/// The caching layer bare, over AsyncCuda.
+template <class D>
+struct CachedStack : OverAsync<D> {
+  using type = Cached<AsyncCuda<D>>;
+  static constexpr const char* name = "Cached<AsyncCuda>";
+  static constexpr bool caches = true;
+  static result<type> make(const std::shared_ptr<StreamPool<D>>& s) {
+    auto a = make_async(s);
+    if (!a) return std::move(a).error();
+    return type(std::move(*a));
+  }
+};
+
+/// The default stack (Statistics<Logging<Cached<Budget<AsyncCuda>>>>), built as try_get
+/// builds it.
 template <class D>
 struct DefaultStackFactory : OverAsync<D> {
+  static constexpr bool caches = true;
   using type = DefaultStackOn<D>;
   static constexpr const char* name = "DefaultStack";
   static result<type> make(const std::shared_ptr<StreamPool<D>>& s) { return StackBuilder<type>::build(s); }

@@ -32,7 +32,8 @@ struct GuardedStack {
   }
 };
 
-using GpuStacks = std::tuple<AsyncStack<CudaDriver>, DirectStack<CudaDriver>, DefaultStackFactory<CudaDriver>,
+using GpuStacks = std::tuple<AsyncStack<CudaDriver>, DirectStack<CudaDriver>, CachedStack<CudaDriver>,
+                             DefaultStackFactory<CudaDriver>,
                              GuardedStack>;
 
 TEST_CASE("DebugGuard catches a real overrun on the device, and not a clean block", "[gpu][debug_guard]") {
@@ -59,6 +60,48 @@ TEST_CASE("DebugGuard catches a real overrun on the device, and not a clean bloc
 
 TEMPLATE_LIST_TEST_CASE("resource conformance on CudaDriver", "[gpu][conformance]", GpuStacks) {
   conformance_suite<TestType>(*gpu);
+}
+
+TEST_CASE("the caching layer keeps a held stream's blocks from other streams on the GPU", "[gpu][cached]") {
+  Rig<CachedStack<CudaDriver>> rig(*gpu);
+  auto& r = *rig.stack;
+  auto s0 = *rig.streams->get(StreamId{0});
+  std::atomic<bool> release{false};
+  // Stream 0 is held by a host function until the test lets it go.
+  REQUIRE(rig.driver().launch_host_func(s0, [](void* p) {
+    while (!static_cast<std::atomic<bool>*>(p)->load()) std::this_thread::yield();
+  }, &release).has_value());
+  std::vector<std::uint64_t> held;
+  std::vector<DeviceBlock> blocks;
+  for (int i = 0; i < 40; ++i) {
+    auto b = r.allocate(1 << 16, StreamId{0}, AllocTag{});
+    REQUIRE(b.has_value());
+    REQUIRE(rig.driver().memset_d8_async(b->ptr(), 0x5A, 1 << 16, s0).has_value());
+    held.push_back(b->ptr());
+    blocks.push_back(std::move(*b));
+  }
+  for (auto& b : blocks) REQUIRE(r.deallocate(std::move(b)).has_value());
+  blocks.clear();
+  for (int i = 0; i < 40; ++i) {
+    auto b = r.allocate(1 << 16, StreamId{1}, AllocTag{});
+    REQUIRE(b.has_value());
+    CHECK(std::find(held.begin(), held.end(), b->ptr()) == held.end());
+    blocks.push_back(std::move(*b));
+  }
+  CHECK(r.stats().cross_stream_moves == 0);
+  release.store(true);
+  REQUIRE(rig.driver().stream_synchronize(s0).has_value());
+  bool came_back = false;
+  for (int i = 0; i < 60 && !came_back; ++i) {
+    auto b = r.allocate(1 << 16, StreamId{2}, AllocTag{});
+    REQUIRE(b.has_value());
+    came_back = std::find(held.begin(), held.end(), b->ptr()) != held.end();
+    blocks.push_back(std::move(*b));
+  }
+  CHECK(came_back);
+  for (auto& b : blocks) REQUIRE(r.deallocate(std::move(b)).has_value());
+  (void)r.trim();
+  REQUIRE(r.reap_pending().has_value());
 }
 
 TEST_CASE("the runtime singleton on the GPU", "[gpu][runtime]") {

@@ -145,6 +145,35 @@ class AsyncCuda {
     return ok();
   }
 
+  /// Ends `b`'s life as deallocate would, but keeps its memory: every tracked use on
+  /// another stream is ordered before the alloc stream (which waits for their events), the
+  /// block's events go back, and its id goes stale; the memory comes back as a new block
+  /// of the same pointer, bytes and tag, with no uses, whose alloc stream is `to`. The
+  /// bytes stay live. This is the RecyclingResource member a caching layer builds on.
+  /// - `to == b.alloc_stream()`: safe at once, by stream order, as a free followed by an
+  ///   allocation on that stream would be. A block used on that stream only makes no
+  ///   driver call.
+  /// - `to` another stream: for a block with no use since its last renewal (a cached
+  ///   one). @pre every work on the block is known complete on the GPU (the caller saw an
+  ///   event recorded on the alloc stream after the renewal complete); no driver call.
+  ///   Errors: invalid_argument when the block has uses on other streams.
+  /// On error `b` stays with the caller, untouched and live.
+  result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to) noexcept {
+    if (!detail::valid_block(b, ordinal_) || !streams_->contains(b.alloc_stream()) ||
+        !streams_->contains(to)) [[unlikely]] {
+      return recycle_general(b, to);
+    }
+    const BlockId id = state_->table.try_renew(b.id(), &b, [&](Track& t) noexcept {
+      if (t.alloc_stream != b.alloc_stream() || !t.alone()) [[unlikely]] return false;
+      t.start(to);
+      return true;
+    });
+    if (!id.valid()) [[unlikely]] return recycle_general(b, to);
+    DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), id};
+    DeviceBlock gone = std::move(b);
+    return next;
+  }
+
   std::size_t bytes_outstanding() const noexcept {
     std::size_t sum = state_->table.live_bytes();
     const std::size_t n = streams_->size();
@@ -392,6 +421,36 @@ class AsyncCuda {
     if (!r) return r;
     DeviceBlock gone = std::move(b);
     return ok();
+  }
+
+  /// recycle_block in full: checks `b` and `to`, and orders the uses on other streams
+  /// before the alloc stream, as free_general does.
+  [[gnu::noinline]] result<DeviceBlock> recycle_general(DeviceBlock& b, StreamId to) noexcept {
+    if (auto r = detail::check_block(b, device_ordinal()); !r) return std::move(r).error();
+    auto s = streams_->get(b.alloc_stream());
+    if (!s) return std::move(s).error();
+    if (!streams_->contains(to)) return streams_->unknown(to);
+    const stream_t a = *s;
+    auto id = state_->table.renew(b.id(), &b, [&](Track& t) -> result<void> {
+      if (t.alloc_stream != b.alloc_stream()) {
+        return error{errc::foreign_block, "block " + b.id().to_string() + " names stream " +
+                                              std::to_string(b.alloc_stream().value) + ", not its alloc stream " +
+                                              std::to_string(t.alloc_stream.value)};
+      }
+      if (to != b.alloc_stream() && !t.alone()) {
+        return error{errc::invalid_argument, "block " + b.id().to_string() +
+                                                 " has uses on other streams: it can move to stream " +
+                                                 std::to_string(to.value) + " only once renewed on its own"};
+      }
+      if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
+      t.release_events(state_->events);
+      t.start(to);
+      return ok();
+    });
+    if (!id) return std::move(id).error();
+    DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), *id};
+    DeviceBlock gone = std::move(b);
+    return next;
   }
 
   /// Both frees' last step, under the block's lock once every use on another stream is

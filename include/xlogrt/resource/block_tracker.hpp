@@ -203,6 +203,36 @@ class BlockTable {
     return true;
   }
 
+  /// Gives the live block `id` a new life in its own slot: after `f(Entry&) -> result<void>`
+  /// succeeds under the block's lock, the slot's generation grows (so `id` is stale from
+  /// then on, exactly as after a free) but the slot stays live, keeping its pointer, size
+  /// and bytes, and the new id is returned. On f's failure nothing changes but what f did.
+  /// A caching layer reuses memory this way without letting an old id reach the new owner.
+  /// Errors: as for erase_if (double_free for a dead slot), or f's.
+  template <class F>
+  result<BlockId> renew(BlockId id, const DeviceBlock* block, F&& f) noexcept {
+    Slot* slot = nullptr;
+    if (auto e = lock_live(id, Lookup::free, block, slot); e) [[unlikely]] return std::move(*e);
+    if (result<void> r = f(slot->entry); !r) [[unlikely]] {
+      slot->mu.unlock();
+      return std::move(r).error();
+    }
+    return reborn(id, slot);
+  }
+
+  /// renew's fast form, with `f(Entry&) -> bool`: an invalid id, having changed nothing
+  /// (but what f did), when `id` names no live block (matching `block`) or f declined.
+  template <class F>
+  [[gnu::always_inline]] BlockId try_renew(BlockId id, const DeviceBlock* block, F&& f) noexcept {
+    Slot* slot = lock_if_live(id, block);
+    if (slot == nullptr) [[unlikely]] return BlockId{};
+    if (!f(slot->entry)) [[unlikely]] {
+      slot->mu.unlock();
+      return BlockId{};
+    }
+    return reborn(id, slot);
+  }
+
   /// Calls f(const Entry&) for every live block, under its lock (tests and diagnostics).
   template <class F>
   void for_each(F&& f) const {
@@ -318,6 +348,16 @@ class BlockTable {
       add(s.freed_remote, bytes);
       s.has_remote.store(true, std::memory_order_release);
     }
+  }
+
+  /// The next life of the live block in `slot` (locked by the caller, which lets go of it
+  /// here): a new generation, still live. Release: a lookup that acquires the new tag
+  /// sees what f wrote into the entry.
+  [[gnu::always_inline]] BlockId reborn(BlockId id, Slot* slot) noexcept {
+    const std::uint32_t gen = id.generation + 1;
+    slot->tag.store(tag_of(gen, true), std::memory_order_release);
+    slot->mu.unlock();
+    return BlockId{id.owner, id.index, gen};
   }
 
   /// Fills free slot `local` of shard `sh` (taken by the caller) and publishes it.

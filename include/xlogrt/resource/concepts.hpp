@@ -56,6 +56,17 @@ concept TrackingResource =
       { r.finish_block_use(id, s, a) } -> std::same_as<result<void>>;
     };
 
+/// A stack whose blocks can be reused without a free and a new allocation, which a
+/// caching layer needs (see AsyncCuda::recycle_block for the contract).
+/// recycle_block(b, to): ends b's life as deallocate would (uses on other streams ordered
+///   before its alloc stream, its id stale) and returns the memory as a new block on
+///   `to`. On error b stays with the caller, live.
+template <class R>
+concept RecyclingResource =
+    TrackingResource<R> && requires(R& r, DeviceBlock& b, StreamId s) {
+      { r.recycle_block(b, s) } -> std::same_as<result<DeviceBlock>>;
+    };
+
 /// A resource that reaches the driver: base resources (DirectCuda, AsyncCuda) have it,
 /// and decorators forward it. DebugGuard needs it to write guard bytes on a stream.
 /// driver(): the driver; stream_handle(id): the driver stream of a StreamId;

@@ -9,6 +9,10 @@
 //                        budget.
 //   XLOGRT_LOG_FILE      the CSV file Logging writes (see logging.hpp). Unset or empty:
 //                        logging off.
+//   XLOGRT_CACHE         0 / off / false: the caching layer passes every call straight
+//                        to the driver's pool; nvtx: caching on, its blocks marked for
+//                        compute-sanitizer (see cached.hpp); 1 / on / true, unset or
+//                        empty: caching on.
 // A malformed value is an invalid_argument error that names the variable and the value;
 // nothing here aborts or throws.
 
@@ -26,12 +30,15 @@ namespace xlogrt {
 
 inline constexpr const char* ENV_BUDGET_BYTES = "XLOGRT_BUDGET_BYTES";
 inline constexpr const char* ENV_LOG_FILE = "XLOGRT_LOG_FILE";
+inline constexpr const char* ENV_CACHE = "XLOGRT_CACHE";
 
 /// What the environment asks of the default stack.
 /// Not thread-safe: a value, owned by one thread at a time.
 struct EnvConfig {
   std::optional<std::size_t> budget_bytes;  ///< unset: no budget
   std::optional<std::string> log_file;      ///< unset: no logging
+  bool cache = true;                        ///< the caching layer on
+  bool cache_nvtx = false;                  ///< ... marking its blocks for compute-sanitizer
 };
 
 /// Parses a byte count: digits, optional spaces, an optional K/M/G/T (any case) optionally
@@ -82,9 +89,10 @@ inline result<std::size_t> parse_byte_size(std::string_view text, std::string_vi
   return static_cast<std::size_t>(v);
 }
 
-/// Builds the configuration from the two variables' values (nullptr: unset). Errors:
-/// invalid_argument naming XLOGRT_BUDGET_BYTES and its value.
-inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* log_file) {
+/// Builds the configuration from the variables' values (nullptr: unset). Errors:
+/// invalid_argument naming the variable and its value.
+inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* log_file,
+                                          const char* cache = nullptr) {
   EnvConfig c;
   if (budget_bytes != nullptr && *budget_bytes != '\0') {
     auto b = parse_byte_size(budget_bytes, ENV_BUDGET_BYTES);
@@ -92,13 +100,24 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
     c.budget_bytes = *b;
   }
   if (log_file != nullptr && *log_file != '\0') c.log_file = std::string(log_file);
+  if (cache != nullptr && *cache != '\0') {
+    const std::string_view v = cache;
+    if (v == "0" || v == "off" || v == "false") {
+      c.cache = false;
+    } else if (v == "nvtx") {
+      c.cache_nvtx = true;
+    } else if (v != "1" && v != "on" && v != "true") {
+      return error{errc::invalid_argument, std::string(ENV_CACHE) + "='" + std::string(v) +
+                                               "' is not one of 0, off, false, 1, on, true, nvtx"};
+    }
+  }
   return c;
 }
 
 /// Reads XLOGRT_BUDGET_BYTES and XLOGRT_LOG_FILE from the environment. Not thread-safe
 /// against a concurrent setenv (std::getenv's own rule).
 inline result<EnvConfig> read_env_config() {
-  return parse_env_config(std::getenv(ENV_BUDGET_BYTES), std::getenv(ENV_LOG_FILE));
+  return parse_env_config(std::getenv(ENV_BUDGET_BYTES), std::getenv(ENV_LOG_FILE), std::getenv(ENV_CACHE));
 }
 
 }  // namespace xlogrt

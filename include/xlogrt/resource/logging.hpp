@@ -170,14 +170,7 @@ class RingSink {
   }
 
   /// records() as CSV, header first.
-  std::string csv() const {
-    std::string s(LOG_CSV_HEADER);
-    s += '\n';
-    char line[detail::LOG_LINE_MAX];
-    const auto offset = detail::local_utc_offset_ns();
-    for (const auto& r : records()) s.append(line, detail::format_log_line(r, offset, line));
-    return s;
-  }
+  std::string csv() const { return detail::log_csv(records()); }
 
   std::uint64_t written() const noexcept { return st_->next.load(std::memory_order_relaxed); }
   std::uint64_t overwritten() const noexcept {

@@ -54,6 +54,11 @@ struct Forwarding : DriverTypeOf<Up> {
   {
     return up().finish_block_use(id, use, a);
   }
+  result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to) noexcept
+    requires RecyclingResource<Up>
+  {
+    return up().recycle_block(b, to);
+  }
   decltype(auto) driver() noexcept
     requires DriverResource<Up>
   {

@@ -22,6 +22,7 @@
 #include <ctime>
 #include <functional>
 #include <istream>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -191,6 +192,17 @@ inline bool parse_log_number(std::string_view s, std::uint64_t& v) noexcept {
   }
   v = x;
   return true;
+}
+
+/// `records` as a CSV text, the header line first (what FileSink writes for them).
+inline std::string log_csv(std::span<const LogRecord> records) {
+  std::string s(LOG_CSV_HEADER);
+  s += '\n';
+  s.reserve(s.size() + records.size() * 64);
+  char line[LOG_LINE_MAX];
+  const auto offset = local_utc_offset_ns();
+  for (const auto& r : records) s.append(line, format_log_line(r, offset, line));
+  return s;
 }
 
 }  // namespace detail

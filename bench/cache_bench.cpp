@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: Apache-2.0
+// The caching layer against the allocators it replaces, side by side in one process: the
+// raw driver pool (cuMemAllocFromPoolAsync / cuMemFreeAsync), AsyncCuda, Cached<AsyncCuda>
+// (the layer bare), the full default stack in a DeviceRuntime (Statistics, Logging off,
+// Cached, Budget, AsyncCuda) and, when the bench was built against torch, PyTorch's
+// caching allocator (raw_alloc_with_stream / raw_delete). Workloads:
+//   1. same-size pairs on one thread: 256 B, 64 KiB, 1 MiB, 64 MiB;
+//   2. 1, 2, 4, 8, 16 threads, each on its own stream, 64 KiB pairs: aggregate rate;
+//   3. cross-thread frees: a producer allocates 64 KiB, a consumer frees;
+//   4. mixed sizes round robin with 16 live blocks (FIFO) on one thread;
+//   5. alternating phases on two streams: 64 blocks allocated and freed on one stream,
+//      then 64 on the other (a cached block can only move once its free is complete).
+// Variants run interleaved in a fresh random order each round; figures are medians (p99
+// over samples of `pairs` pairs each) and ratios of medians.
+//
+// On a machine without a GPU it runs on SimDriver and says so: those figures measure the
+// simulator, not a GPU.
+//
+// usage: cache_bench [rounds=200] [pairs-per-sample=64] [--no-threads]
+
+#include <xlogrt/runtime.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "raw_driver.hpp"
+#ifdef XLOGRT_BENCH_TORCH
+#include "torch_alloc.hpp"
+#endif
+
+using namespace xlogrt;
+using namespace xlogrt::bench;
+
+namespace {
+
+std::atomic<long> failures{0};
+
+/// One allocator under test: allocate `n` bytes on stream `s`, returning a handle that
+/// free() takes back. Handles are slots of a per-variant table, so every variant moves
+/// the same small values around.
+struct Alloc {
+  std::string name;
+  std::function<std::uint64_t(std::size_t n, StreamId s)> alloc;  // 0: failed
+  std::function<void(std::uint64_t h)> free;
+  std::function<void()> settle;  // untimed, after each sample
+  /// `k` same-size pairs on stream `s`, the loop inlined (no call through alloc / free).
+  std::function<void(std::size_t n, StreamId s, int k)> pairs;
+};
+
+/// Keeps the DeviceBlocks of a resource behind integer handles, so that the allocator
+/// table above has one signature for every variant. Every workload frees its blocks in
+/// the order it allocated them, with fewer than SLOTS live: a ring written by the
+/// allocating thread and read by the freeing one, the handle's hand-off between them
+/// (release / acquire in the cross-thread table) carrying the slot's contents.
+struct BlockSlots {
+  static constexpr std::uint64_t SLOTS = 1024;
+  std::vector<DeviceBlock> slots = std::vector<DeviceBlock>(SLOTS);
+  std::uint64_t next = 0;  // the allocating thread's
+  std::uint64_t put(DeviceBlock&& b) {
+    const std::uint64_t i = next++ % SLOTS;
+    slots[i] = std::move(b);
+    return i + 1;
+  }
+  DeviceBlock take(std::uint64_t h) { return std::move(slots[h - 1]); }
+};
+
+template <class R, class... Tag>
+Alloc resource_alloc(std::string name, R& r, std::shared_ptr<BlockSlots> slots, Tag... tag) {
+  Alloc a;
+  a.name = std::move(name);
+  a.alloc = [&r, slots, tag...](std::size_t n, StreamId s) -> std::uint64_t {
+    auto b = r.allocate(n, s, tag...);
+    if (!b) {
+      failures.fetch_add(1, std::memory_order_relaxed);
+      return 0;
+    }
+    return slots->put(std::move(*b));
+  };
+  a.free = [&r, slots](std::uint64_t h) {
+    if (h == 0 || !r.deallocate(slots->take(h))) failures.fetch_add(1, std::memory_order_relaxed);
+  };
+  a.settle = [&r] { (void)r.reap_pending(); };
+  a.pairs = [&r, tag...](std::size_t n, StreamId s, int k) {
+    for (int i = 0; i < k; ++i) {
+      auto b = r.allocate(n, s, tag...);
+      if (!b || !r.deallocate(std::move(*b))) failures.fetch_add(1, std::memory_order_relaxed);
+    }
+  };
+  return a;
+}
+
+struct Options {
+  int rounds = 200;
+  int pairs = 64;
+  bool threads = true;
+};
+
+/// Runs `body(variant)` for every variant, `rounds` times, in a fresh random order each
+/// round, and returns each variant's samples (ns per pair).
+std::vector<std::vector<double>> interleave(std::vector<Alloc>& vs, int rounds, int pairs,
+                                            const std::function<void(Alloc&, int)>& body) {
+  std::vector<std::vector<double>> ns(vs.size());
+  for (auto& v : vs) {  // warm-up
+    body(v, pairs);
+    v.settle();
+  }
+  std::mt19937 rng(42);
+  std::vector<std::size_t> order(vs.size());
+  for (int r = 0; r < rounds; ++r) {
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const std::size_t k : order) {
+      const double t0 = now_ns();
+      body(vs[k], pairs);
+      ns[k].push_back((now_ns() - t0) / pairs);
+      vs[k].settle();
+    }
+  }
+  return ns;
+}
+
+void print_table(const char* title, const std::vector<Alloc>& vs, std::vector<std::vector<double>> ns,
+                 const char* unit = "ns/pair") {
+  std::printf("## %s\n\n| variant | median %s | p99 %s | x raw pool | raw pool / variant |%s\n|---|---|---|---|---|%s\n",
+              title, unit, unit, vs.size() > 5 ? " torch / variant |" : "", vs.size() > 5 ? "---|" : "");
+  std::vector<Summary> s;
+  for (auto& v : ns) s.push_back(summarize(v));
+  for (std::size_t i = 0; i < vs.size(); ++i) {
+    std::printf("| %s | %.1f | %.1f | %.3f | %.2f |", vs[i].name.c_str(), s[i].median, s[i].p99,
+                s[i].median / s[0].median, s[0].median / s[i].median);
+    if (vs.size() > 5) std::printf(" %.2f |", s.back().median / s[i].median);
+    std::printf("\n");
+  }
+  std::printf("\n");
+}
+
+template <class D>
+int run_bench(D& drv, const char* where, const Options& opt) {
+  auto dev = Device<D>::open(drv, 0);
+  if (!dev) return std::printf("open: %s\n", dev.error().what().c_str()), 1;
+  auto streams = StreamPool<D>::create(*dev, 17);
+  if (!streams) return std::printf("streams: %s\n", streams.error().what().c_str()), 1;
+  auto async = AsyncCuda<D>::create(*streams);
+  auto bare_up = AsyncCuda<D>::create(*streams);
+  if (!async || !bare_up) return std::printf("AsyncCuda failed\n"), 1;
+  Cached<AsyncCuda<D>> bare(std::move(*bare_up));
+  auto stack = StackBuilder<DefaultStackOn<D>>::build(*streams);
+  if (!stack) return std::printf("default stack: %s\n", stack.error().what().c_str()), 1;
+  DeviceRuntime<DefaultStackOn<D>> rt(*streams, std::move(*stack));
+  auto& rt_cache = rt.stack().upstream().upstream();
+  Raw<D> raw{drv};
+  auto pool = (*dev)->mempool();
+  (void)(*dev)->make_current();
+
+  std::printf("# caching layer: allocate + deallocate pairs on %s (%s)\n# %s; %d rounds x %d pairs per sample\n",
+              where, (*dev)->info().name.c_str(), machine_line().c_str(), opt.rounds, opt.pairs);
+  std::printf("# default stack: %s\n\n",
+              rt_cache.options().enabled ? "Statistics<Logging<Cached<Budget<AsyncCuda>>>> (cache on)"
+                                         : "Statistics<Logging<Cached<Budget<AsyncCuda>>>> with XLOGRT_CACHE=0 (cache off)");
+
+  std::vector<Alloc> vs;
+  {
+    // The handle is the pointer with the stream in its low bits (blocks are 256-aligned),
+    // which the free needs.
+    Alloc a;
+    a.name = "raw driver pool";
+    a.alloc = [&](std::size_t n, StreamId s) { return raw.alloc_async(n, pool, *(*streams)->get(s)) | s.value; };
+    a.free = [&](std::uint64_t h) {
+      raw.free_async(h & ~std::uint64_t{255}, *(*streams)->get(StreamId{static_cast<std::uint32_t>(h & 255)}));
+    };
+    a.settle = [&] {
+      for (std::uint32_t i = 0; i < 17; ++i) (void)drv.stream_synchronize(*(*streams)->get(StreamId{i}));
+    };
+    a.pairs = [&](std::size_t n, StreamId sid, int k) {
+      const auto s = *(*streams)->get(sid);
+      for (int i = 0; i < k; ++i) raw.free_async(raw.alloc_async(n, pool, s), s);
+    };
+    vs.push_back(std::move(a));
+  }
+  vs.push_back(resource_alloc("AsyncCuda", *async, std::make_shared<BlockSlots>(), AllocTag{}));
+  vs.push_back(resource_alloc("Cached<AsyncCuda> (bare)", bare, std::make_shared<BlockSlots>(), AllocTag{}));
+  vs.push_back(resource_alloc("DeviceRuntime<DefaultStack>", rt, std::make_shared<BlockSlots>()));
+#ifdef XLOGRT_BENCH_TORCH
+  if (torch_alloc_init()) {
+    Alloc a;
+    a.name = "PyTorch CUDACachingAllocator";
+    a.alloc = [&](std::size_t n, StreamId s) {
+      return reinterpret_cast<std::uint64_t>(torch_alloc(n, *(*streams)->get(s)));
+    };
+    a.free = [](std::uint64_t p) { torch_free(reinterpret_cast<void*>(p)); };
+    a.settle = [] {};
+    a.pairs = [&](std::size_t n, StreamId sid, int k) {
+      const auto s = *(*streams)->get(sid);
+      for (int i = 0; i < k; ++i) torch_free(torch_alloc(n, s));
+    };
+    vs.push_back(std::move(a));
+  } else {
+    std::printf("# torch: init failed, no PyTorch column\n\n");
+  }
+#else
+  std::printf("# torch: not found when this bench was built, no PyTorch column\n\n");
+#endif
+  pin_to_core(0);
+  for (const double until = now_ns() + 300e6; now_ns() < until;) {  // the host's first moments run slow
+    for (auto& v : vs) v.pairs(64 << 10, StreamId{0}, 16);
+  }
+
+  // 1. same-size pairs
+  for (std::size_t bytes : {std::size_t{256}, std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{64} << 20}) {
+    auto ns = interleave(vs, opt.rounds, opt.pairs, [&](Alloc& v, int k) {
+      v.pairs(bytes, StreamId{0}, k);
+    });
+    const std::string title = "same-size pairs, one thread, " + std::to_string(bytes) + " bytes";
+    print_table(title.c_str(), vs, std::move(ns));
+  }
+
+  // 4. mixed sizes, 16 live blocks, FIFO
+  {
+    static constexpr std::size_t sizes[] = {256,    1000,    4096, 65536, 100000, 1 << 20, 3 << 20, 512,
+                                            20000, 8192, 1 << 16, 777,  2 << 20, 300,    40000,   16 << 10};
+    auto ns = interleave(vs, opt.rounds, opt.pairs * 4, [&](Alloc& v, int k) {
+      std::uint64_t live[16];
+      for (int i = 0; i < 16; ++i) live[i] = v.alloc(sizes[i], StreamId{0});
+      for (int i = 0; i < k; ++i) {
+        v.free(live[i % 16]);
+        live[i % 16] = v.alloc(sizes[(i * 7 + 3) % 16], StreamId{0});
+      }
+      for (auto h : live) v.free(h);
+    });
+    print_table("mixed sizes round robin, 16 live blocks (FIFO), one thread: ns per allocate + free", vs,
+                std::move(ns));
+  }
+
+  // 5. alternating phases on two streams
+  {
+    auto ns = interleave(vs, opt.rounds / 4 + 1, 64, [&](Alloc& v, int k) {
+      static int phase = 0;
+      const StreamId s{static_cast<std::uint32_t>(1 + (phase++ & 1))};
+      std::vector<std::uint64_t> hs;
+      for (int i = 0; i < k; ++i) hs.push_back(v.alloc(64 << 10, s));
+      for (auto h : hs) v.free(h);
+      (void)drv.stream_synchronize(*(*streams)->get(s));  // the GPU finishes between phases
+    });
+    print_table("alternating phases: 64 pairs on stream 1, then 64 on stream 2 (64 KiB)", vs, std::move(ns));
+  }
+
+  // 3. cross-thread frees
+  {
+    for (auto& v : vs) v.settle();
+    auto ns = interleave(vs, opt.rounds / 4 + 1, 4096, [&](Alloc& v, int k) {
+      constexpr int RING = 256;
+      std::vector<std::atomic<std::uint64_t>> ring(RING);
+      std::atomic<int> head{0};
+      std::thread consumer([&] {
+        pin_to_core(1);
+        for (int i = 0; i < k; ++i) {
+          std::uint64_t h;
+          while ((h = ring[i % RING].exchange(0, std::memory_order_acquire)) == 0) {
+          }
+          v.free(h);
+        }
+        head.store(1);
+      });
+      for (int i = 0; i < k; ++i) {
+        const std::uint64_t h = v.alloc(64 << 10, StreamId{0});
+        while (ring[i % RING].load(std::memory_order_relaxed) != 0) {
+        }
+        ring[i % RING].store(h == 0 ? 1 : h, std::memory_order_release);
+      }
+      consumer.join();
+    });
+    print_table("cross-thread frees: producer allocates 64 KiB, consumer frees (ns per pair, wall)", vs,
+                std::move(ns));
+  }
+
+  if (opt.threads) {
+    constexpr int REPS = 5;
+    std::printf("## threads, each on its own stream, 64 KiB pairs: aggregate M pairs/s (median of %d alternating runs)\n\n|"
+                " threads |", REPS);
+    for (auto& v : vs) std::printf(" %s |", v.name.c_str());
+    std::printf("\n|---|");
+    for (std::size_t i = 0; i < vs.size(); ++i) std::printf("---|");
+    std::printf("\n");
+    for (int threads : {1, 2, 4, 8, 16}) {
+      std::vector<std::vector<double>> rates(vs.size());
+      std::mt19937 rng(7);
+      std::vector<std::size_t> order(vs.size());
+      for (int rep = 0; rep < REPS; ++rep) {
+        std::iota(order.begin(), order.end(), std::size_t{0});
+        std::shuffle(order.begin(), order.end(), rng);
+        for (const std::size_t k : order) {
+          auto& v = vs[k];
+          std::atomic<bool> go{false};
+          std::atomic<long> done{0};
+          const int per_thread = k == 0 || v.name == "AsyncCuda" ? 4000 : 40000;
+          std::vector<std::thread> ts;
+          for (int t = 0; t < threads; ++t) {
+            ts.emplace_back([&, t] {
+              pin_to_core(t + 1);
+              (void)(*dev)->make_current();
+              const StreamId sid{static_cast<std::uint32_t>(t + 1)};
+              while (!go.load()) std::this_thread::yield();
+              v.pairs(64 << 10, sid, per_thread);
+              done += per_thread;
+            });
+          }
+          const double t0 = now_ns();
+          go = true;
+          for (auto& th : ts) th.join();
+          rates[k].push_back(static_cast<double>(done.load()) / ((now_ns() - t0) * 1e-3));
+          for (int t = 0; t <= threads; ++t) (void)drv.stream_synchronize(*(*streams)->get(StreamId{static_cast<std::uint32_t>(t)}));
+          v.settle();
+        }
+      }
+      std::printf("| %d |", threads);
+      for (auto& r : rates) std::printf(" %.2f |", summarize(r).median);
+      std::printf("\n");
+    }
+    std::printf("\n");
+  }
+
+  const CacheStats b = bare.stats(), d = rt_cache.stats();
+  for (const auto& [name, s] : {std::pair{"Cached<AsyncCuda>", b}, std::pair{"DefaultStack's Cached", d}}) {
+    std::printf("%s: %llu hits, %llu depot hits, %llu cross-stream moves, %llu misses, %llu bypasses; waste %.2f %% "
+                "of granted bytes\n",
+                name, static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.depot_hits),
+                static_cast<unsigned long long>(s.cross_stream_moves), static_cast<unsigned long long>(s.misses),
+                static_cast<unsigned long long>(s.bypasses),
+                s.granted_bytes ? 100.0 * static_cast<double>(s.waste_bytes()) / static_cast<double>(s.granted_bytes) : 0.0);
+  }
+  const long f = failures.load() + raw_failures.load();
+  std::printf("\nfailed calls: %ld%s\n", f, f ? " -- the figures above are void" : "");
+  return f ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1, positional = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--no-threads") {
+      opt.threads = false;
+    } else if (positional++ == 0) {
+      opt.rounds = std::max(4, std::atoi(argv[i]));
+    } else {
+      opt.pairs = std::max(1, std::atoi(argv[i]));
+    }
+  }
+  if (auto cuda = CudaDriver::open()) return run_bench(**cuda, "the GPU (CudaDriver)", opt);
+  else std::printf("no GPU here (%s): measuring SimDriver, figures are the simulator's\n", cuda.error().what().c_str());
+  auto sim = SimDriver::open();
+  if (!sim) return std::printf("SimDriver: %s\n", sim.error().what().c_str()), 1;
+  return run_bench(**sim, "SimDriver", opt);
+}

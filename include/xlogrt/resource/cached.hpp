@@ -1,0 +1,677 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Cached<Up>: a caching layer that keeps freed blocks on the host and hands them out
+// again without a driver call.
+//
+// ---- How it works ----------------------------------------------------------------------
+//
+// Size classes. A request is rounded up to its size class (detail/size_class.hpp: four
+// classes per power of two, so a block is less than 1.25 times its request); a request
+// whose class is above `max_block_bytes` goes straight to the upstream, as does every
+// request when the layer is disabled.
+//
+// Where a freed block waits. deallocate asks the upstream to recycle the block
+// (RecyclingResource: the uses tracked on other streams are ordered before its alloc
+// stream S, as a free would order them, and its id goes stale), then keeps the new block
+// in the calling thread's bin for (S, class). A bin holds a few blocks; when it is full,
+// half of it moves to S's depot, which every thread shares (under the depot's mutex). An
+// allocation on S takes from the thread's bin, else refills the bin from S's depot,
+// else tries another stream's depot (below), else allocates from the upstream.
+//
+// Stream safety. A block freed on S is handed out again on S at once: work enqueued on S
+// after the allocation runs after everything the previous owner enqueued on S, and the
+// recycle made S wait for the previous owner's uses on other streams. A block moves to
+// another stream T only once its free is known complete on the GPU: a depot marks its
+// blocks by recording an event on S (when a thread of another stream first wants them),
+// and hands them to T only after a query finds that event complete; the upstream then
+// moves the block to T (recycle_block(b, T)), with no driver call. A block is never
+// handed across streams on a wait, so a stream held up for a long time keeps its blocks
+// and another stream allocates fresh memory instead (the pattern of RMM issue 2490).
+//
+// Threads. The hit path of a thread that allocates and frees on its own stream touches
+// only its own ThreadCache (detail/thread_cache.hpp) and the block's own slot in the
+// upstream's table: no lock, and no read-modify-write on a line another thread writes,
+// but the upstream block's own lock (taken by the recycle) and the owner's announcement
+// of OwnerClaim (detail/cache_claim.hpp), both on lines no other thread writes in that
+// pattern. A block freed by another thread than the one that allocated it goes to the
+// freeing thread's bin and, batched, through the depot to the allocating one.
+//
+// Memory pressure. trim() gives every cached block back to the upstream: it claims each
+// thread's cache in turn (OwnerClaim: the owner backs off to its slow path meanwhile),
+// empties the depots, and frees each block, stream-ordered, on its stream. An upstream
+// allocation that fails with out_of_memory or out_of_budget trims the cache and, when
+// that gave anything back, is retried once; so the layer never fails an allocation that
+// would fit without it. Caches of threads that have exited are swept into the depots
+// when a new thread's cache is made, and by trim().
+//
+// Where it sits. Over Budget (Cached<Budget<AsyncCuda>>): the budget then charges every
+// byte the device holds for the stack, the cached ones included, and a request the
+// budget refuses trims the cache and tries again. Under Statistics and Logging: those
+// see and record every allocation the users make, hits included. The default stack is
+// Statistics<Logging<Cached<Budget<AsyncCuda>>>>.
+//
+// Accounting. bytes_outstanding() is the upstream's less the cached bytes: what the
+// users hold plus the upstream's queued frees. The device memory the stack holds is
+// bytes_outstanding() + stats().cached_bytes.
+//
+// Tracking. Blocks carry the upstream's ids, so prepare / finish / record_block_use go
+// to the upstream unchanged.
+//
+// compute-sanitizer. A cached block is still the process's memory to the driver; with
+// `nvtx_marks` the layer registers its blocks through the NVTX memory API, and memcheck
+// reports a kernel that reads or writes a block while it is cached.
+//
+// Thread-safe. Move-only; a moved-from Cached may only be destroyed. Destroying it gives
+// every cached block back to the upstream; no other call may run meanwhile.
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "xlogrt/core/block.hpp"
+#include "xlogrt/core/ids.hpp"
+#include "xlogrt/core/result.hpp"
+#include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/detail/decorator.hpp"
+#include "xlogrt/resource/detail/nvtx_marks.hpp"
+#include "xlogrt/resource/detail/size_class.hpp"
+#include "xlogrt/resource/detail/thread_cache.hpp"
+
+namespace xlogrt {
+
+struct CachedOptions {
+  /// false: every call goes straight to the upstream (XLOGRT_CACHE=0 in the default
+  /// stack, for compute-sanitizer runs and A/B comparisons).
+  bool enabled = true;
+  /// Requests whose size class is larger go straight to the upstream, uncached.
+  std::size_t max_block_bytes = std::size_t{1} << 30;
+  /// Blocks one thread keeps per stream and size class (1 .. 16) before half of them
+  /// move to the stream's shared depot ...
+  std::uint32_t bin_blocks = detail::MAX_BIN_BLOCKS;
+  /// ... and bytes (a bin of larger blocks holds fewer, but always one).
+  std::size_t bin_bytes = std::size_t{64} << 20;
+  /// Tell compute-sanitizer which blocks are cached (detail/nvtx_marks.hpp), so that
+  /// memcheck reports a kernel that touches one (XLOGRT_CACHE=nvtx in the default
+  /// stack). Costs a mutex and NVTX calls per allocation: for sanitizer runs.
+  bool nvtx_marks = false;
+};
+
+/// What a Cached layer did. Counts are cumulative; bytes are a moment's view.
+struct CacheStats {
+  std::uint64_t hits = 0;                ///< allocations served from the thread's own bin
+  std::uint64_t depot_hits = 0;          ///< ... from its stream's depot
+  std::uint64_t cross_stream_moves = 0;  ///< ... from another stream's depot, its free complete
+  std::uint64_t misses = 0;              ///< allocations the upstream served (the cache had none)
+  std::uint64_t bypasses = 0;            ///< requests above max_block_bytes (or with the layer off)
+  std::uint64_t pressure_retries = 0;    ///< upstream failures retried after a trim
+  std::uint64_t trims = 0;               ///< trim() calls, explicit or under pressure
+  std::uint64_t trimmed_blocks = 0;      ///< blocks given back to the upstream
+  std::uint64_t trimmed_bytes = 0;
+  std::uint64_t requested_bytes = 0;     ///< sum of the requests the classes served
+  std::uint64_t granted_bytes = 0;       ///< sum of the blocks handed out for them
+  std::size_t cached_bytes = 0;          ///< bytes in bins and depots now
+  /// cached bytes per size class (index: detail::class_of; bytes of a class:
+  /// detail::class_bytes), as many as the layer has classes.
+  std::vector<std::size_t> cached_bytes_per_class;
+
+  /// Bytes handed out beyond what was asked for (internal fragmentation), cumulative.
+  std::uint64_t waste_bytes() const noexcept { return granted_bytes - requested_bytes; }
+  std::uint64_t allocations() const noexcept { return hits + depot_hits + cross_stream_moves + misses; }
+};
+
+/// Steps of the cross-stream hand-off. A test seam: the hazard test derives a broken
+/// layer from it (a block handed to another stream before its free is complete) and
+/// requires SimDriver's checker to catch it. Production code never names it.
+struct CachedProtocol {
+  /// Hand a depot's blocks to another stream only once the event marking them is
+  /// complete (false: as soon as they are marked).
+  static constexpr bool wait_for_completion = true;
+};
+
+template <class Upstream, class Protocol = CachedProtocol>
+  requires RecyclingResource<Upstream> && DriverResource<Upstream>
+class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
+ public:
+  static constexpr bool supports_block_use_tracking = true;
+
+  /// Errors: none; options out of range are clamped (bin_blocks to 1 .. 16).
+  explicit Cached(Upstream upstream, CachedOptions options = {})
+      : up_(std::move(upstream)), state_(std::make_unique<State>(options)), ordinal_(up_.device_ordinal()) {}
+  Cached(Cached&&) noexcept = default;
+  Cached& operator=(Cached&&) = delete;
+  ~Cached() {
+    if (!state_) return;
+    (void)trim();
+    for (auto& d : state_->depots) {
+      Depot* p = d.load(std::memory_order_relaxed);
+      if (p != nullptr && p->has_event) (void)up_.driver().event_destroy(p->event);
+    }
+  }
+
+  /// Errors: the upstream's (a cache hit cannot fail).
+  [[gnu::always_inline]] result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
+    State& st = *state_;
+    const std::uint32_t c = detail::class_of(bytes);
+    if (c >= st.classes || bytes == 0 || stream.value >= detail::CACHE_STREAMS) [[unlikely]] {
+      return allocate_general(bytes, stream, tag, nullptr);
+    }
+    detail::ThreadCache* tc = local(st);
+    if (tc != nullptr && tc->claim.enter()) [[likely]] {
+      detail::CacheBin* bins = tc->streams[stream.value].load(std::memory_order_relaxed);
+      if (bins != nullptr) [[likely]] {
+        detail::CacheBin& bin = bins[c];
+        const std::uint32_t n = bin.n.load(std::memory_order_relaxed);
+        if (n != 0) [[likely]] {
+          const detail::CachedEntry e = bin.items[n - 1];
+          bin.n.store(n - 1, std::memory_order_relaxed);
+          const std::size_t size = detail::class_bytes(c);
+          detail::bump(tc->hits);
+          detail::bump(tc->requested, bytes);
+          detail::bump(tc->granted, size);
+          tc->claim.leave();
+          if (st.marks.on()) [[unlikely]] st.marks.handed(e.ptr, size);
+          return DeviceBlock{e.ptr, size, stream, ordinal_, tag, e.id};
+        }
+      }
+      tc->claim.leave();
+    }
+    return allocate_general(bytes, stream, tag, tc);
+  }
+
+  /// Keeps the block for the next allocation of its class on its stream (see the header
+  /// comment). Errors: the upstream's recycle errors (empty_block, double_free,
+  /// foreign_block, a driver error making the stream wait); the block then stays with
+  /// the caller, live.
+  [[gnu::always_inline]] result<void> deallocate(DeviceBlock&& b) noexcept {
+    State& st = *state_;
+    const std::size_t n = b.bytes();
+    const std::uint32_t c = detail::class_of(n);
+    const std::uint32_t s = b.alloc_stream().value;
+    if (c >= st.classes || detail::class_bytes(c) != n || s >= detail::CACHE_STREAMS) [[unlikely]] {
+      return up_.deallocate(std::move(b));
+    }
+    auto next = up_.recycle_block(b, b.alloc_stream());
+    if (!next) [[unlikely]] return std::move(next).error();
+    const detail::CachedEntry e{next->ptr(), next->id(), next->tag()};
+    if (st.marks.on()) [[unlikely]] st.marks.cached(e.ptr);
+    detail::ThreadCache* tc = local(st);
+    if (tc != nullptr && tc->claim.enter()) [[likely]] {
+      detail::CacheBin* bins = tc->streams[s].load(std::memory_order_relaxed);
+      if (bins != nullptr) [[likely]] {
+        detail::CacheBin& bin = bins[c];
+        const std::uint32_t k = bin.n.load(std::memory_order_relaxed);
+        if (k < st.bin_cap[c]) [[likely]] {
+          bin.items[k] = e;
+          bin.n.store(k + 1, std::memory_order_relaxed);
+          tc->claim.leave();
+          return ok();
+        }
+      }
+      keep_general(st, tc, s, c, e);
+      tc->claim.leave();
+      return ok();
+    }
+    depot_put(st, s, c, e);
+    return ok();
+  }
+
+  std::size_t bytes_outstanding() const noexcept {
+    const std::size_t all = up_.bytes_outstanding();
+    const std::size_t cached = cached_bytes(nullptr);
+    return all > cached ? all - cached : 0;
+  }
+  result<void> reap_pending() noexcept { return up_.reap_pending(); }
+  std::uint32_t device_ordinal() const noexcept { return ordinal_; }
+
+  /// Gives every cached block back to the upstream: stream-ordered frees, each on the
+  /// block's stream, whose bytes the upstream counts until its reap_pending. Returns the
+  /// bytes given back. A block the upstream refuses to free (a driver error) stays cached.
+  std::size_t trim() noexcept {
+    State& st = *state_;
+    std::lock_guard lock(st.registry_mu);
+    return trim_locked(st);
+  }
+
+  CacheStats stats() const {
+    State& st = *state_;
+    CacheStats s;
+    s.cached_bytes_per_class.assign(st.classes, 0);
+    {
+      std::lock_guard lock(st.registry_mu);
+      s.hits = st.retired_hits.load(std::memory_order_relaxed);
+      s.requested_bytes = st.retired_requested.load(std::memory_order_relaxed);
+      s.granted_bytes = st.retired_granted.load(std::memory_order_relaxed);
+      for (const auto& tc : st.caches) {
+        s.hits += tc->hits.load(std::memory_order_relaxed);
+        s.requested_bytes += tc->requested.load(std::memory_order_relaxed);
+        s.granted_bytes += tc->granted.load(std::memory_order_relaxed);
+      }
+      s.cached_bytes = cached_bytes(&s.cached_bytes_per_class);
+    }
+    s.depot_hits = st.depot_hits.load(std::memory_order_relaxed);
+    s.cross_stream_moves = st.moves.load(std::memory_order_relaxed);
+    s.misses = st.misses.load(std::memory_order_relaxed);
+    s.bypasses = st.bypasses.load(std::memory_order_relaxed);
+    s.pressure_retries = st.pressure_retries.load(std::memory_order_relaxed);
+    s.trims = st.trims.load(std::memory_order_relaxed);
+    s.trimmed_blocks = st.trimmed_blocks.load(std::memory_order_relaxed);
+    s.trimmed_bytes = st.trimmed_bytes.load(std::memory_order_relaxed);
+    s.requested_bytes += st.requested.load(std::memory_order_relaxed);
+    s.granted_bytes += st.granted.load(std::memory_order_relaxed);
+    return s;
+  }
+
+  const CachedOptions& options() const noexcept { return state_->options; }
+
+  // ---- upstream (the optional capabilities are forwarded by detail::Forwarding) ----
+  Upstream& upstream() noexcept { return up_; }
+  const Upstream& upstream() const noexcept { return up_; }
+
+ private:
+  using stream_t = typename Upstream::driver_type::stream_t;
+  using event_t = typename Upstream::driver_type::event_t;
+
+  /// The blocks of one stream that threads gave up from their bins, by class. `fresh`:
+  /// not yet marked; `marked`: marked by `event`, not yet known complete; `done`: their
+  /// frees are complete on the GPU, so they may go to any stream.
+  struct Depot {
+    explicit Depot(std::uint32_t classes)
+        : fresh(classes), marked(classes), done(classes), count(new std::atomic<std::uint32_t>[classes]{}) {}
+    std::mutex mu;
+    event_t event{};
+    bool has_event = false;  // `event` was created
+    bool pending = false;    // `event` marks the `marked` lists and is not known complete
+    std::vector<std::vector<detail::CachedEntry>> fresh, marked, done;
+    std::unique_ptr<std::atomic<std::uint32_t>[]> count;  // blocks of each class here; written under mu
+  };
+
+  struct State {
+    explicit State(const CachedOptions& o)
+        : options(o), serial(detail::next_cache_serial()), marks(o.enabled && o.nvtx_marks) {
+      const std::size_t ceiling = std::min<std::size_t>(o.max_block_bytes, std::size_t{1} << 40);
+      classes = !o.enabled || ceiling < detail::SMALLEST_CLASS ? 0 : detail::class_of(ceiling) + 1;
+      if (classes != 0 && detail::class_bytes(classes - 1) > ceiling) --classes;
+      bin_cap.resize(classes);
+      const std::uint32_t blocks = std::clamp<std::uint32_t>(o.bin_blocks, 1, detail::MAX_BIN_BLOCKS);
+      for (std::uint32_t c = 0; c < classes; ++c) {
+        const std::size_t fit = o.bin_bytes / detail::class_bytes(c);
+        bin_cap[c] = static_cast<std::uint32_t>(std::clamp<std::size_t>(fit, 1, blocks));
+      }
+    }
+    ~State() {
+      for (auto& tc : caches) tc->detached.store(true, std::memory_order_release);
+      for (auto& d : depots) delete d.load(std::memory_order_relaxed);
+    }
+    CachedOptions options;
+    const std::uint64_t serial;
+    std::uint32_t classes = 0;
+    std::vector<std::uint32_t> bin_cap;  // by class
+    detail::NvtxMarks marks;
+
+    mutable std::mutex registry_mu;  // guards caches; serialises reclaimers
+    std::vector<std::shared_ptr<detail::ThreadCache>> caches;
+    std::mutex depot_make_mu;
+    std::array<std::atomic<Depot*>, detail::CACHE_STREAMS> depots{};
+    std::atomic<std::uint32_t> depot_streams{0};  // depots exist below this stream
+
+    // Slow-path counters (read-modify-writes: off the hit path).
+    std::atomic<std::uint64_t> depot_hits{0}, moves{0}, misses{0}, bypasses{0}, pressure_retries{0};
+    std::atomic<std::uint64_t> trims{0}, trimmed_blocks{0}, trimmed_bytes{0};
+    std::atomic<std::uint64_t> requested{0}, granted{0};
+    // The counts of thread caches swept away.
+    std::atomic<std::uint64_t> retired_hits{0}, retired_requested{0}, retired_granted{0};
+  };
+
+  /// The calling thread's cache of this instance; null when host memory ran out.
+  [[gnu::always_inline]] detail::ThreadCache* local(State& st) noexcept {
+    const detail::LastThreadCache& last = detail::last_thread_cache;
+    if (last.serial == st.serial) [[likely]] return last.cache;
+    return local_general(st);
+  }
+
+  [[gnu::noinline]] detail::ThreadCache* local_general(State& st) noexcept {
+    if (detail::last_thread_cache.exited) return nullptr;  // in the thread's own exit
+    try {
+      auto& mine = detail::thread_caches.mine;
+      std::erase_if(mine, [](const auto& c) { return c->detached.load(std::memory_order_acquire); });
+      detail::ThreadCache* found = nullptr;
+      for (const auto& c : mine) {
+        if (c->serial == st.serial) found = c.get();
+      }
+      if (found == nullptr) {
+        auto made = std::make_shared<detail::ThreadCache>(st.serial, st.classes);
+        {
+          std::lock_guard lock(st.registry_mu);
+          sweep_orphans_locked(st);
+          st.caches.push_back(made);
+        }
+        mine.push_back(made);
+        found = made.get();
+      }
+      detail::last_thread_cache = {st.serial, found};
+      return found;
+    } catch (...) {
+      return nullptr;
+    }
+  }
+
+  /// Moves the blocks of exited threads' caches to the depots and forgets the caches.
+  void sweep_orphans_locked(State& st) noexcept {
+    std::erase_if(st.caches, [&](const std::shared_ptr<detail::ThreadCache>& tc) {
+      if (!tc->orphaned.load(std::memory_order_acquire)) return false;
+      tc->claim.claim();
+      drain(st, *tc, [&](std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) { depot_put(st, s, c, e); });
+      st.retired_hits.fetch_add(tc->hits.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      st.retired_requested.fetch_add(tc->requested.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      st.retired_granted.fetch_add(tc->granted.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      tc->detached.store(true, std::memory_order_release);
+      tc->claim.release();
+      return true;
+    });
+  }
+
+  /// Calls f(stream, class, entry) for every block of a claimed thread cache, emptying it.
+  template <class F>
+  static void drain(State& st, detail::ThreadCache& tc, F&& f) noexcept {
+    for (std::uint32_t s = 0; s < detail::CACHE_STREAMS; ++s) {
+      detail::CacheBin* bins = tc.streams[s].load(std::memory_order_acquire);
+      if (bins == nullptr) continue;
+      for (std::uint32_t c = 0; c < st.classes; ++c) {
+        const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
+        for (std::uint32_t i = 0; i < n; ++i) f(s, c, bins[c].items[i]);
+        bins[c].n.store(0, std::memory_order_relaxed);
+      }
+    }
+  }
+
+  /// The depot of stream `s`, made on first use; null when host memory ran out.
+  static Depot* depot_of(State& st, std::uint32_t s) noexcept {
+    Depot* d = st.depots[s].load(std::memory_order_acquire);
+    if (d != nullptr) [[likely]] return d;
+    std::lock_guard lock(st.depot_make_mu);
+    d = st.depots[s].load(std::memory_order_relaxed);
+    if (d != nullptr) return d;
+    try {
+      d = new Depot(st.classes);
+    } catch (...) {
+      return nullptr;
+    }
+    st.depots[s].store(d, std::memory_order_release);
+    if (st.depot_streams.load(std::memory_order_relaxed) <= s) st.depot_streams.store(s + 1, std::memory_order_release);
+    return d;
+  }
+
+  /// Puts one block into stream `s`'s depot; a block that cannot be kept (host memory
+  /// ran out) goes back to the upstream.
+  void depot_put(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) noexcept {
+    if (Depot* d = depot_of(st, s)) {
+      std::lock_guard lock(d->mu);
+      try {
+        d->fresh[c].push_back(e);
+        d->count[c].store(d->count[c].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        return;
+      } catch (...) {
+      }
+    }
+    give_back(st, s, c, e);
+  }
+
+  /// Frees one cached block upstream (stream-ordered, on `s`). False when the upstream
+  /// refused (the block is then lost to the cache, and still live upstream).
+  bool give_back(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) noexcept {
+    const std::size_t size = detail::class_bytes(c);
+    st.marks.released(e.ptr);
+    if (!up_.deallocate(DeviceBlock{e.ptr, size, StreamId{s}, ordinal_, e.tag, e.id})) {
+      if (st.marks.on()) {  // still cached: watched again
+        st.marks.fresh(e.ptr, size);
+        st.marks.cached(e.ptr);
+      }
+      return false;
+    }
+    st.trimmed_blocks.fetch_add(1, std::memory_order_relaxed);
+    st.trimmed_bytes.fetch_add(size, std::memory_order_relaxed);
+    return true;
+  }
+
+  /// deallocate's rest, holding the claim: the thread's bins for `s` are not made yet, or
+  /// the bin is full (half of it moves to the depot first).
+  [[gnu::noinline]] void keep_general(State& st, detail::ThreadCache* tc, std::uint32_t s, std::uint32_t c,
+                                      const detail::CachedEntry& e) noexcept {
+    detail::CacheBin* bins = tc->bins_of(s);
+    if (bins == nullptr) return depot_put(st, s, c, e);
+    detail::CacheBin& bin = bins[c];
+    std::uint32_t n = bin.n.load(std::memory_order_relaxed);
+    if (n >= st.bin_cap[c]) {
+      const std::uint32_t keep = n / 2;
+      for (std::uint32_t i = keep; i < n; ++i) depot_put(st, s, c, bin.items[i]);
+      n = keep;
+    }
+    bin.items[n] = e;
+    bin.n.store(n + 1, std::memory_order_relaxed);
+  }
+
+  /// allocate's rest: bad input and bypasses, then this stream's depot, another stream's
+  /// completed blocks, the upstream, and a trim and retry under pressure.
+  [[gnu::noinline]] result<DeviceBlock> allocate_general(std::size_t bytes, StreamId stream, AllocTag tag,
+                                                         detail::ThreadCache* tc) noexcept {
+    State& st = *state_;
+    const std::uint32_t c = detail::class_of(bytes);
+    if (bytes == 0 || c >= st.classes || stream.value >= detail::CACHE_STREAMS) {
+      if (bytes != 0) st.bypasses.fetch_add(1, std::memory_order_relaxed);
+      return up_.allocate(bytes, stream, tag);  // which names bad input
+    }
+    if (auto h = up_.stream_handle(stream); !h) return std::move(h).error();
+    const std::size_t size = detail::class_bytes(c);
+    std::optional<DeviceBlock> got = take_own_depot(st, stream, c, tag, tc);
+    if (got) {
+      st.depot_hits.fetch_add(1, std::memory_order_relaxed);
+      if (st.marks.on()) st.marks.handed(got->ptr(), size);
+    } else if (spill_other_bins(st, tc, stream.value, c), (got = take_across(st, stream, c, tag))) {
+      st.moves.fetch_add(1, std::memory_order_relaxed);
+      if (st.marks.on()) st.marks.handed(got->ptr(), size);
+    } else {
+      auto b = up_.allocate(size, stream, tag);
+      if (!b && (b.error().code() == errc::out_of_memory || b.error().code() == errc::out_of_budget) &&
+          trim() > 0) {
+        st.pressure_retries.fetch_add(1, std::memory_order_relaxed);
+        b = up_.allocate(size, stream, tag);
+      }
+      if (!b) return b;
+      st.misses.fetch_add(1, std::memory_order_relaxed);
+      if (st.marks.on()) st.marks.fresh(b->ptr(), size);
+      got.emplace(std::move(*b));
+    }
+    st.requested.fetch_add(bytes, std::memory_order_relaxed);
+    st.granted.fetch_add(size, std::memory_order_relaxed);
+    return std::move(*got);
+  }
+
+  /// A block of class `c` from `stream`'s own depot, refilling the thread's bin with up
+  /// to half a bin more.
+  std::optional<DeviceBlock> take_own_depot(State& st, StreamId stream, std::uint32_t c, AllocTag tag,
+                                            detail::ThreadCache* tc) noexcept {
+    if (stream.value >= st.depot_streams.load(std::memory_order_acquire)) return std::nullopt;
+    Depot* d = st.depots[stream.value].load(std::memory_order_acquire);
+    if (d == nullptr || d->count[c].load(std::memory_order_relaxed) == 0) return std::nullopt;
+    const bool mine = tc != nullptr && tc->claim.enter();
+    detail::CacheBin* bins = mine ? tc->bins_of(stream.value) : nullptr;
+    std::optional<detail::CachedEntry> e;
+    {
+      std::lock_guard lock(d->mu);
+      // One for the caller, and up to half a bin for the next calls, as far as it has room.
+      const std::uint32_t held = bins != nullptr ? bins[c].n.load(std::memory_order_relaxed) : st.bin_cap[c];
+      std::uint32_t want = 1 + std::min(st.bin_cap[c] / 2, st.bin_cap[c] - std::min(held, st.bin_cap[c]));
+      // Any list will do: every block here was freed on this stream.
+      for (auto* list : {&d->done[c], &d->marked[c], &d->fresh[c]}) {
+        while (want != 0 && !list->empty()) {
+          const detail::CachedEntry x = list->back();
+          list->pop_back();
+          d->count[c].store(d->count[c].load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+          --want;
+          if (!e) {
+            e = x;
+          } else {
+            const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
+            bins[c].items[n] = x;
+            bins[c].n.store(n + 1, std::memory_order_relaxed);
+          }
+        }
+      }
+    }
+    if (mine) tc->claim.leave();
+    if (!e) return std::nullopt;
+    return DeviceBlock{e->ptr, detail::class_bytes(c), stream, ordinal_, tag, e->id};
+  }
+
+  /// Moves the calling thread's blocks of class `c` kept for other streams than `to` to
+  /// their streams' depots, where take_across can mark them and, once their frees are
+  /// complete, move them: a thread whose work changes streams reuses its own memory.
+  void spill_other_bins(State& st, detail::ThreadCache* tc, std::uint32_t to, std::uint32_t c) noexcept {
+    if (tc == nullptr || !tc->claim.enter()) return;
+    for (std::uint32_t s = 0; s < detail::CACHE_STREAMS; ++s) {
+      detail::CacheBin* bins = s == to ? nullptr : tc->streams[s].load(std::memory_order_relaxed);
+      if (bins == nullptr) continue;
+      const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
+      for (std::uint32_t i = 0; i < n; ++i) depot_put(st, s, c, bins[c].items[i]);
+      bins[c].n.store(0, std::memory_order_relaxed);
+    }
+    tc->claim.leave();
+  }
+
+  /// A block of class `c` from another stream's depot whose free is known complete,
+  /// moved to `to`. Marks the depots it finds unmarked blocks in, for a later call.
+  std::optional<DeviceBlock> take_across(State& st, StreamId to, std::uint32_t c, AllocTag tag) noexcept {
+    const std::uint32_t n = st.depot_streams.load(std::memory_order_acquire);
+    for (std::uint32_t s = 0; s < n; ++s) {
+      if (s == to.value) continue;
+      Depot* d = st.depots[s].load(std::memory_order_acquire);
+      if (d == nullptr || d->count[c].load(std::memory_order_relaxed) == 0) continue;
+      std::optional<detail::CachedEntry> e;
+      {
+        std::lock_guard lock(d->mu);
+        advance(*d, StreamId{s});
+        if (!d->done[c].empty()) {
+          e = d->done[c].back();
+          d->done[c].pop_back();
+          d->count[c].store(d->count[c].load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+        }
+      }
+      if (!e) continue;
+      DeviceBlock b{e->ptr, detail::class_bytes(c), StreamId{s}, ordinal_, e->tag, e->id};
+      auto moved = up_.recycle_block(b, to);
+      if (!moved) {
+        depot_put(st, s, c, *e);
+        continue;
+      }
+      return DeviceBlock{moved->ptr(), moved->bytes(), to, ordinal_, tag, moved->id()};
+    }
+    return std::nullopt;
+  }
+
+  /// Under d.mu: promotes the marked blocks once their event is complete, and marks the
+  /// fresh ones when no mark is pending. A driver error leaves the blocks where they are.
+  void advance(Depot& d, StreamId s) noexcept {
+    auto& drv = up_.driver();
+    if (d.pending) {
+      if constexpr (Protocol::wait_for_completion) {
+        auto q = drv.event_query(d.event);
+        if (!q || !*q) return;
+      }
+      for (std::size_t c = 0; c < d.marked.size(); ++c) {
+        auto& from = d.marked[c];
+        d.done[c].insert(d.done[c].end(), from.begin(), from.end());
+        from.clear();
+      }
+      d.pending = false;
+    }
+    bool any = false;
+    for (const auto& f : d.fresh) any = any || !f.empty();
+    if (!any) return;
+    if (!d.has_event) {
+      if (!up_.make_current()) return;
+      auto e = drv.event_create();
+      if (!e) return;
+      d.event = *e;
+      d.has_event = true;
+    }
+    auto h = up_.stream_handle(s);
+    if (!h || !drv.event_record(d.event, *h)) return;
+    for (std::size_t c = 0; c < d.fresh.size(); ++c) {
+      d.marked[c].insert(d.marked[c].end(), d.fresh[c].begin(), d.fresh[c].end());
+      d.fresh[c].clear();
+    }
+    d.pending = true;
+    if constexpr (!Protocol::wait_for_completion) advance(d, s);
+  }
+
+  /// trim with the registry lock held.
+  std::size_t trim_locked(State& st) noexcept {
+    st.trims.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t before = st.trimmed_bytes.load(std::memory_order_relaxed);
+    sweep_orphans_locked(st);
+    for (const auto& tc : st.caches) {
+      tc->claim.claim();
+      drain(st, *tc, [&](std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) {
+        if (!give_back(st, s, c, e)) depot_put(st, s, c, e);
+      });
+      tc->claim.release();
+    }
+    const std::uint32_t n = st.depot_streams.load(std::memory_order_acquire);
+    for (std::uint32_t s = 0; s < n; ++s) {
+      Depot* d = st.depots[s].load(std::memory_order_acquire);
+      if (d == nullptr) continue;
+      std::lock_guard lock(d->mu);
+      for (std::uint32_t c = 0; c < st.classes; ++c) {
+        for (auto* list : {&d->fresh[c], &d->marked[c], &d->done[c]}) {
+          std::erase_if(*list, [&](const detail::CachedEntry& e) { return give_back(st, s, c, e); });
+        }
+        d->count[c].store(static_cast<std::uint32_t>(d->fresh[c].size() + d->marked[c].size() + d->done[c].size()),
+                          std::memory_order_relaxed);
+      }
+    }
+    return static_cast<std::size_t>(st.trimmed_bytes.load(std::memory_order_relaxed) - before);
+  }
+
+  /// Bytes in every bin and depot (a moment's view), per class into `per_class` when given.
+  std::size_t cached_bytes(std::vector<std::size_t>* per_class) const noexcept {
+    State& st = *state_;
+    std::size_t sum = 0;
+    auto add = [&](std::uint32_t c, std::size_t blocks) {
+      sum += blocks * detail::class_bytes(c);
+      if (per_class) (*per_class)[c] += blocks * detail::class_bytes(c);
+    };
+    {
+      std::unique_lock lock(st.registry_mu, std::defer_lock);
+      if (per_class == nullptr) lock.lock();  // stats() holds it already
+      for (const auto& tc : st.caches) {
+        for (const auto& sb : tc->streams) {
+          const detail::CacheBin* bins = sb.load(std::memory_order_acquire);
+          if (bins == nullptr) continue;
+          for (std::uint32_t c = 0; c < st.classes; ++c) add(c, bins[c].n.load(std::memory_order_relaxed));
+        }
+      }
+    }
+    const std::uint32_t n = st.depot_streams.load(std::memory_order_acquire);
+    for (std::uint32_t s = 0; s < n; ++s) {
+      const Depot* d = st.depots[s].load(std::memory_order_acquire);
+      if (d == nullptr) continue;
+      for (std::uint32_t c = 0; c < st.classes; ++c) add(c, d->count[c].load(std::memory_order_relaxed));
+    }
+    return sum;
+  }
+
+  Upstream up_;
+  std::unique_ptr<State> state_;
+  std::uint32_t ordinal_ = 0;
+};
+
+}  // namespace xlogrt

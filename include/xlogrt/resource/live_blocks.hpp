@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// LiveBlocks<Up>: a table of the blocks live now — address, size, tag, stream, the
+// allocating thread and the time — that a program can dump at any moment, when an
+// allocation fails say, like torch.cuda.memory_snapshot(). The dump is a CSV in
+// Logging's format (one `allocate` line per live block, and the latest failed allocate),
+// so tools/memviz draws it as it draws a log, and log_replay replays it.
+//
+// Why its own decorator, not Logging or Statistics: Logging streams records to a sink
+// and keeps nothing, Statistics keeps counters, not blocks; a table of live blocks is a
+// third kind of state, wanted also in stacks that log nothing (the OOM dump of a
+// production run). Stack it anywhere above the base resource.
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "xlogrt/core/block.hpp"
+#include "xlogrt/core/ids.hpp"
+#include "xlogrt/core/result.hpp"
+#include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/detail/decorator.hpp"
+#include "xlogrt/resource/detail/log_record.hpp"
+#include "xlogrt/resource/detail/spin_lock.hpp"
+#include "xlogrt/resource/detail/stripes.hpp"
+
+namespace xlogrt {
+
+/// What LiveBlocks::snapshot() saw. Not thread-safe: a value, owned by one thread at a time.
+struct LiveBlocksSnapshot {
+  /// One `allocate` record per live block (thread, time, address, size, stream, tag of
+  /// its allocation), oldest first.
+  std::vector<LogRecord> blocks;
+  /// The latest allocation the upstream refused while recording, if any.
+  std::optional<LogRecord> last_failure;
+  /// Allocations refused while recording, in all.
+  std::uint64_t failures = 0;
+  /// Blocks that could not be recorded (host memory ran out): the table misses them.
+  std::uint64_t lost = 0;
+  std::size_t bytes() const noexcept {
+    std::size_t n = 0;
+    for (const auto& r : blocks) n += r.bytes;
+    return n;
+  }
+  /// The snapshot in Logging's CSV format, the header first: the blocks and the last
+  /// failure, in time order.
+  std::string csv() const {
+    std::vector<LogRecord> all = blocks;
+    if (last_failure) {
+      const auto at = std::upper_bound(all.begin(), all.end(), *last_failure,
+                                       [](const LogRecord& a, const LogRecord& b) { return a.time_ns < b.time_ns; });
+      all.insert(at, *last_failure);
+    }
+    return detail::log_csv(all);
+  }
+  /// Writes csv() to `path` (truncated). Errors: sink_failure naming the path and why.
+  result<void> save(const std::string& path) const {
+    const std::string text = csv();
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) {
+      const int e = errno;
+      return error{errc::sink_failure, "cannot open snapshot file '" + path + "' for writing: " + std::strerror(e)};
+    }
+    const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (std::fclose(f) != 0 || !written) {
+      return error{errc::sink_failure, "writing snapshot file '" + path + "' failed"};
+    }
+    return ok();
+  }
+};
+
+/// Not thread-safe: a value, owned by one thread at a time.
+struct LiveBlocksOptions {
+  /// Whether allocations are recorded from the start (set_recording switches it later).
+  bool recording = true;
+};
+
+/// Records every block the stack below it hands out while recording is on, and forgets
+/// it when it is freed; snapshot() lists those still live.
+///
+/// Cost. Recording off: an allocate reads one flag; a deallocate reads the count of the
+/// block's shard, a line nobody writes while nothing is recorded there (blocks recorded
+/// before recording was switched off are still forgotten when freed, so the table never
+/// holds a freed block). Recording on: the OS thread id (cached per thread), the clock,
+/// and an insert into one of SHARDS hash maps, each under its own spin lock, picked by
+/// the address, so threads meet on a lock only when their blocks hash alike; a free
+/// erases under the same lock. A failed allocate while recording updates the
+/// last-failure record under one more lock (a cold path).
+///
+/// A free is taken out of the table before it reaches the upstream (so a concurrent
+/// allocate that gets the same address back finds the slot free) and put back if the
+/// upstream refuses it (the block stays with the caller, still live).
+///
+/// Memory orders. The shard count is written under the shard's lock and read relaxed by
+/// deallocate: the block's allocate (and so its insert) happened-before its free, via
+/// the caller's own hand-off of the block, so the freeing thread sees a count that
+/// includes it.
+///
+/// Thread-safe. Construction and moves happen-before use.
+template <DeviceMemoryResource Upstream>
+class LiveBlocks : public detail::Forwarding<LiveBlocks<Upstream>, Upstream> {
+ public:
+  static constexpr bool supports_block_use_tracking = Upstream::supports_block_use_tracking;
+  static constexpr bool frees_synchronously = SynchronousFree<Upstream>;
+  static constexpr std::size_t SHARDS = 64;
+
+  explicit LiveBlocks(Upstream upstream, LiveBlocksOptions options = {})
+      : up_(std::move(upstream)), state_(std::make_unique<State>()) {
+    state_->recording.store(options.recording, std::memory_order_relaxed);
+  }
+
+  result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
+    auto b = up_.allocate(bytes, stream, tag);
+    if (state_->recording.load(std::memory_order_relaxed)) {
+      if (b) {
+        record(*b, stream, tag);
+      } else {
+        record_failure(bytes, stream, tag);
+      }
+    }
+    return b;
+  }
+
+  result<void> deallocate(DeviceBlock&& block) noexcept {
+    const std::uint64_t p = block.ptr();
+    Shard& s = state_->shard(p);
+    if (block.empty() || s.count.load(std::memory_order_relaxed) == 0) {
+      return up_.deallocate(std::move(block));
+    }
+    std::optional<Entry> taken;
+    {
+      std::lock_guard lock(s.lock);
+      if (auto it = s.map.find(p); it != s.map.end()) {
+        taken = it->second;
+        s.map.erase(it);
+        s.count.store(s.map.size(), std::memory_order_relaxed);
+      }
+    }
+    auto r = up_.deallocate(std::move(block));
+    if (taken && !block.empty()) insert(s, p, *taken);  // refused: the block is still live
+    return r;
+  }
+
+  std::size_t bytes_outstanding() const noexcept { return up_.bytes_outstanding(); }
+  result<void> reap_pending() noexcept { return up_.reap_pending(); }
+  std::uint32_t device_ordinal() const noexcept { return up_.device_ordinal(); }
+
+  /// Switches recording of new allocations on or off (blocks already recorded stay
+  /// until they are freed).
+  void set_recording(bool on) noexcept { state_->recording.store(on, std::memory_order_relaxed); }
+  bool recording() const noexcept { return state_->recording.load(std::memory_order_relaxed); }
+
+  /// The blocks live now, among those allocated while recording. Each shard is read
+  /// under its lock, one after another: a view of a moment per shard, not a stop of the
+  /// world. Allocates; not for the hot path.
+  LiveBlocksSnapshot snapshot() const {
+    LiveBlocksSnapshot out;
+    State& st = *state_;
+    for (Shard& s : st.shards) {
+      std::lock_guard lock(s.lock);
+      for (const auto& [p, e] : s.map) out.blocks.push_back(e.record(p));
+    }
+    std::sort(out.blocks.begin(), out.blocks.end(), [](const LogRecord& a, const LogRecord& b) {
+      return a.time_ns != b.time_ns ? a.time_ns < b.time_ns : a.ptr < b.ptr;
+    });
+    {
+      std::lock_guard lock(st.failure_lock);
+      out.last_failure = st.last_failure;
+      out.failures = st.failures;
+    }
+    out.lost = st.lost.load(std::memory_order_relaxed);
+    return out;
+  }
+
+  // ---- upstream (the optional capabilities are forwarded by detail::Forwarding) ----
+
+  Upstream& upstream() noexcept { return up_; }
+  const Upstream& upstream() const noexcept { return up_; }
+
+ private:
+  struct Entry {
+    std::uint64_t thread;
+    std::int64_t time_ns;
+    std::size_t bytes;
+    StreamId stream;
+    AllocTag tag;
+    LogRecord record(std::uint64_t ptr) const noexcept {
+      return LogRecord{thread, time_ns, LogAction::allocate, ptr, bytes, stream, tag};
+    }
+  };
+  struct alignas(detail::STRIPE_ALIGN) Shard {
+    detail::SpinLock lock;
+    std::atomic<std::size_t> count{0};  // map.size(), readable without the lock
+    std::unordered_map<std::uint64_t, Entry> map;
+  };
+  struct State {
+    std::atomic<bool> recording{true};
+    std::atomic<std::uint64_t> lost{0};
+    Shard shards[SHARDS];
+    detail::SpinLock failure_lock;
+    std::optional<LogRecord> last_failure;
+    std::uint64_t failures = 0;
+
+    /// Device addresses are aligned to at least 256 bytes: hash the bits above.
+    Shard& shard(std::uint64_t ptr) noexcept {
+      return shards[((ptr >> 8) * 0x9E3779B97F4A7C15ULL) >> 58];  // the top log2(SHARDS) bits
+    }
+  };
+  static_assert(SHARDS == 64, "shard() takes the top 6 bits of the hash");
+
+  void record(const DeviceBlock& b, StreamId stream, AllocTag tag) noexcept {
+    const std::uint64_t p = b.ptr();
+    insert(state_->shard(p), p, Entry{detail::os_thread_id(), detail::now_ns(), b.bytes(), stream, tag});
+  }
+
+  void insert(Shard& s, std::uint64_t p, const Entry& e) noexcept {
+    std::lock_guard lock(s.lock);
+    try {
+      s.map.insert_or_assign(p, e);
+      s.count.store(s.map.size(), std::memory_order_relaxed);
+    } catch (...) {  // host memory ran out: the block goes unrecorded, and is counted
+      state_->lost.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  [[gnu::cold]] void record_failure(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
+    const LogRecord r{detail::os_thread_id(), detail::now_ns(), LogAction::allocate_failure, 0, bytes, stream, tag};
+    std::lock_guard lock(state_->failure_lock);
+    state_->last_failure = r;
+    ++state_->failures;
+  }
+
+  [[no_unique_address]] Upstream up_;
+  std::unique_ptr<State> state_;
+};
+
+static_assert(DeviceMemoryResource<LiveBlocks<detail::PlainArchetype>>);
+static_assert(!TrackingResource<LiveBlocks<detail::PlainArchetype>>);
+static_assert(TrackingResource<LiveBlocks<detail::TrackingArchetype>>);
+static_assert(DriverResource<LiveBlocks<detail::DriverArchetype>>);
+
+}  // namespace xlogrt

@@ -1,0 +1,481 @@
+// SPDX-License-Identifier: Apache-2.0
+// The caching layer on SimDriver: hits make no driver call; a cached block's old id is
+// stale; tracked uses order the next owner; a block crosses streams only once its free
+// is complete (the pattern of RMM #2490, and a broken layer that the hazard checker
+// catches); budget and driver pressure trim and retry; exited threads' caches are
+// swept; randomized multi-thread, multi-stream programs end with no hazard and exact
+// accounting.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <xlogrt/runtime.hpp>
+
+using namespace xlogrt;
+
+namespace {
+
+/// A layer that hands a depot's blocks to another stream as soon as they are marked, not
+/// once the mark is complete: the bug the cross-stream hand-off exists to prevent.
+struct HandOverEarly : CachedProtocol {
+  static constexpr bool wait_for_completion = false;
+};
+
+template <class Protocol = CachedProtocol>
+using CachedOver = Cached<Budget<AsyncCuda<SimDriver>>, Protocol>;
+
+template <class Protocol = CachedProtocol>
+struct Rig {
+  explicit Rig(SimConfig cfg = {}, CachedOptions opt = {}, BudgetOptions budget = {}) : sim(cfg) {
+    auto dev = Device<SimDriver>::open(sim, 0);
+    REQUIRE(dev.has_value());
+    auto pool = StreamPool<SimDriver>::create(*dev, 4);
+    REQUIRE(pool.has_value());
+    streams = *pool;
+    auto base = AsyncCuda<SimDriver>::create(streams);
+    REQUIRE(base.has_value());
+    stack = std::make_unique<CachedOver<Protocol>>(Budget<AsyncCuda<SimDriver>>(std::move(*base), budget), opt);
+  }
+  ~Rig() {
+    stack.reset();
+    sim.run_until_idle();
+  }
+  SimDriver::stream_t stream(std::uint32_t s) { return *streams->get(StreamId{s}); }
+  result<void> kernel(std::uint32_t s, const DeviceBlock& b, Access a) {
+    return sim.launch_kernel(stream(s), {SimAccess{b.ptr(), b.bytes(), a}});
+  }
+  std::int64_t driver_allocs() const { return sim.calls("cuMemAllocFromPoolAsync"); }
+  std::int64_t driver_frees() const { return sim.calls("cuMemFreeAsync"); }
+
+  SimDriver sim;
+  std::shared_ptr<StreamPool<SimDriver>> streams;
+  std::unique_ptr<CachedOver<Protocol>> stack;
+};
+
+SimConfig manual(std::uint64_t seed = 1) { return SimConfig{.executor = SimExecutor::manual, .seed = seed}; }
+
+/// Holds a stream until released: a host function that the manual executor runs only
+/// when the test steps it.
+void hold(Rig<>& rig, std::uint32_t s, std::atomic<bool>& ran) {
+  REQUIRE(rig.sim.launch_host_func(rig.stream(s), [](void* p) { static_cast<std::atomic<bool>*>(p)->store(true); },
+                                   &ran).has_value());
+}
+
+}  // namespace
+
+TEST_CASE("size classes: every request fits, waste under 20 %, common sizes exact", "[cached]") {
+  for (std::size_t n = 1; n < (std::size_t{1} << 22); n += 1 + n / 97) {
+    const std::size_t got = detail::class_bytes(detail::class_of(n));
+    REQUIRE(got >= n);
+    if (n > detail::SMALLEST_CLASS) REQUIRE(static_cast<double>(got) < 1.25 * static_cast<double>(n));
+    REQUIRE(detail::class_of(got) == detail::class_of(n));  // a class's own size maps to itself
+  }
+  for (std::size_t p = 256; p <= (std::size_t{1} << 36); p *= 2) {
+    for (std::size_t k : {4, 5, 6, 7}) CHECK(detail::class_bytes(detail::class_of(p / 4 * k)) == p / 4 * k);
+  }
+}
+
+TEST_CASE("a freed block comes back on its stream with no driver call, under a new id", "[cached]") {
+  Rig<> rig;
+  auto& r = *rig.stack;
+  auto first = r.allocate(1000, StreamId{1}, AllocTag{3});
+  REQUIRE(first.has_value());
+  CHECK(first->bytes() == 1024);  // rounded to its class
+  const std::uint64_t ptr = first->ptr();
+  const BlockId old = first->id();
+  REQUIRE(r.deallocate(std::move(*first)).has_value());
+  CHECK(r.bytes_outstanding() == 0);
+  CHECK(r.stats().cached_bytes == 1024);
+
+  const auto allocs = rig.driver_allocs();
+  const auto frees = rig.driver_frees();
+  const auto waits = rig.sim.calls("cuStreamWaitEvent");
+  for (int i = 0; i < 1000; ++i) {
+    auto b = r.allocate(1024, StreamId{1}, AllocTag{static_cast<std::uint32_t>(i)});
+    REQUIRE(b.has_value());
+    REQUIRE(b->ptr() == ptr);
+    REQUIRE(b->tag() == AllocTag{static_cast<std::uint32_t>(i)});
+    REQUIRE(b->id() != old);
+    REQUIRE(r.deallocate(std::move(*b)).has_value());
+  }
+  CHECK(rig.driver_allocs() == allocs);
+  CHECK(rig.driver_frees() == frees);
+  CHECK(rig.sim.calls("cuStreamWaitEvent") == waits);
+  const CacheStats s = r.stats();
+  CHECK(s.hits == 1000);
+  CHECK(s.misses == 1);
+  CHECK(s.requested_bytes == 1000 + 1000 * 1024);
+  CHECK(s.waste_bytes() == 24);
+
+  // The first owner's id is stale for every use, and a forged copy is a double free.
+  auto b = r.allocate(1024, StreamId{1}, AllocTag{});
+  REQUIRE(b.has_value());
+  auto stale = r.prepare_block_use(old, StreamId{2}, Access::Read);
+  REQUIRE_FALSE(stale);
+  CHECK(stale.error().code() == errc::stale_block);
+  DeviceBlock forged{b->ptr(), b->bytes(), b->alloc_stream(), 0, b->tag(), old};
+  auto twice = r.deallocate(std::move(forged));
+  REQUIRE_FALSE(twice);
+  CHECK(twice.error().code() == errc::double_free);
+  CHECK_FALSE(forged.empty());
+  REQUIRE(r.deallocate(std::move(*b)).has_value());
+}
+
+TEST_CASE("requests above the ceiling and a disabled layer go straight to the upstream", "[cached]") {
+  SECTION("above max_block_bytes") {
+    Rig<> rig({}, CachedOptions{.max_block_bytes = 1 << 20});
+    auto& r = *rig.stack;
+    const auto allocs = rig.driver_allocs();
+    auto big = r.allocate((1 << 20) + 1, StreamId{0}, AllocTag{});
+    REQUIRE(big.has_value());
+    CHECK(big->bytes() == (1 << 20) + 1);  // not rounded
+    REQUIRE(r.deallocate(std::move(*big)).has_value());
+    CHECK(rig.driver_allocs() == allocs + 1);
+    CHECK(rig.driver_frees() >= 1);
+    CHECK(r.stats().bypasses == 1);
+    CHECK(r.stats().cached_bytes == 0);
+  }
+  SECTION("enabled = false") {
+    Rig<> rig({}, CachedOptions{.enabled = false});
+    auto& r = *rig.stack;
+    for (int i = 0; i < 10; ++i) {
+      auto b = r.allocate(4096, StreamId{0}, AllocTag{});
+      REQUIRE(b.has_value());
+      REQUIRE(r.deallocate(std::move(*b)).has_value());
+    }
+    CHECK(rig.driver_allocs() == 10);
+    CHECK(rig.driver_frees() == 10);
+    CHECK(r.stats().bypasses == 10);
+  }
+  SECTION("XLOGRT_CACHE") {
+    CHECK(parse_env_config(nullptr, nullptr, "0")->cache == false);
+    CHECK(parse_env_config(nullptr, nullptr, "off")->cache == false);
+    CHECK(parse_env_config(nullptr, nullptr, "1")->cache == true);
+    CHECK(parse_env_config(nullptr, nullptr, nullptr)->cache == true);
+    auto bad = parse_env_config(nullptr, nullptr, "maybe");
+    REQUIRE_FALSE(bad);
+    CHECK(bad.error().code() == errc::invalid_argument);
+    CHECK(bad.error().message().find("XLOGRT_CACHE") != std::string::npos);
+  }
+}
+
+TEST_CASE("tracked uses on other streams order the next owner on the alloc stream", "[cached]") {
+  Rig<> rig(manual());
+  auto& r = *rig.stack;
+  auto b = r.allocate(4096, StreamId{0}, AllocTag{});
+  REQUIRE(b.has_value());
+  const std::uint64_t ptr = b->ptr();
+  REQUIRE(r.prepare_block_use(b->id(), StreamId{1}, Access::Write).has_value());
+  REQUIRE(rig.kernel(1, *b, Access::Write).has_value());
+  REQUIRE(r.finish_block_use(b->id(), StreamId{1}, Access::Write).has_value());
+  REQUIRE(r.deallocate(std::move(*b)).has_value());
+  auto next = r.allocate(4096, StreamId{0}, AllocTag{});
+  REQUIRE(next.has_value());
+  CHECK(next->ptr() == ptr);  // reused at once, stream-ordered
+  REQUIRE(rig.kernel(0, *next, Access::Write).has_value());
+  CHECK(rig.sim.hazards().empty());
+  REQUIRE(r.deallocate(std::move(*next)).has_value());
+}
+
+TEST_CASE("a failed recycle leaves the block with the caller and the accounting unchanged", "[cached]") {
+  Rig<> rig;
+  auto& r = *rig.stack;
+  auto b = r.allocate(4096, StreamId{0}, AllocTag{});
+  REQUIRE(b.has_value());
+  REQUIRE(r.record_block_use(*b, StreamId{2}).has_value());  // the free must wait for stream 2
+  rig.sim.fail_nth("cuStreamWaitEvent", 1, status::unknown);
+  auto e = r.deallocate(std::move(*b));
+  REQUIRE_FALSE(e);
+  CHECK(e.error().code() == errc::driver_error);
+  CHECK_FALSE(b->empty());
+  CHECK(r.bytes_outstanding() == 4096);
+  CHECK(r.stats().cached_bytes == 0);
+  REQUIRE(r.deallocate(std::move(*b)).has_value());
+  CHECK(r.bytes_outstanding() == 0);
+}
+
+TEST_CASE("RMM #2490: a block freed on a held stream does not come back on another", "[cached]") {
+  Rig<> rig(manual());
+  auto& r = *rig.stack;
+  std::atomic<bool> released{false};
+  hold(rig, 0, released);
+  std::set<std::uint64_t> on_held;
+  std::vector<DeviceBlock> blocks;
+  for (int i = 0; i < 40; ++i) {  // more than a bin holds: most reach stream 0's depot
+    auto b = r.allocate(1 << 16, StreamId{0}, AllocTag{});
+    REQUIRE(b.has_value());
+    REQUIRE(rig.kernel(0, *b, Access::Write).has_value());  // queued behind the hold
+    on_held.insert(b->ptr());
+    blocks.push_back(std::move(*b));
+  }
+  for (auto& b : blocks) REQUIRE(r.deallocate(std::move(b)).has_value());
+  blocks.clear();
+  for (int round = 0; round < 3; ++round) {  // marks, then queries: never complete
+    for (int i = 0; i < 20; ++i) {
+      auto b = r.allocate(1 << 16, StreamId{1}, AllocTag{});
+      REQUIRE(b.has_value());
+      REQUIRE(on_held.count(b->ptr()) == 0);
+      REQUIRE(rig.kernel(1, *b, Access::Write).has_value());
+      blocks.push_back(std::move(*b));
+    }
+    for (auto& b : blocks) REQUIRE(r.deallocate(std::move(b)).has_value());
+    blocks.clear();
+  }
+  CHECK(r.stats().cross_stream_moves == 0);
+  CHECK_FALSE(released.load());
+  CHECK(rig.sim.hazards().empty());
+
+  rig.sim.run_until_idle();  // the hold is released, and stream 0's frees complete
+  REQUIRE(released.load());
+  bool came_back = false;
+  for (int i = 0; i < 60 && !came_back; ++i) {
+    auto b = r.allocate(1 << 16, StreamId{2}, AllocTag{});
+    REQUIRE(b.has_value());
+    came_back = on_held.count(b->ptr()) != 0;
+    REQUIRE(rig.kernel(2, *b, Access::Write).has_value());
+    blocks.push_back(std::move(*b));
+  }
+  CHECK(came_back);
+  CHECK(r.stats().cross_stream_moves > 0);
+  CHECK(rig.sim.hazards().empty());
+  for (auto& b : blocks) REQUIRE(r.deallocate(std::move(b)).has_value());
+}
+
+TEST_CASE("a broken layer that hands blocks across streams early is caught by the checker", "[cached]") {
+  Rig<HandOverEarly> rig(manual());
+  auto& r = *rig.stack;
+  std::vector<DeviceBlock> blocks;
+  for (int i = 0; i < 40; ++i) {
+    auto b = r.allocate(1 << 16, StreamId{0}, AllocTag{});
+    REQUIRE(b.has_value());
+    REQUIRE(rig.kernel(0, *b, Access::Write).has_value());  // never run: the stream is not stepped
+    blocks.push_back(std::move(*b));
+  }
+  for (auto& b : blocks) REQUIRE(r.deallocate(std::move(b)).has_value());
+  blocks.clear();
+  for (int i = 0; i < 20; ++i) {
+    auto b = r.allocate(1 << 16, StreamId{1}, AllocTag{});
+    REQUIRE(b.has_value());
+    REQUIRE(rig.kernel(1, *b, Access::Write).has_value());
+    blocks.push_back(std::move(*b));
+  }
+  CHECK(r.stats().cross_stream_moves > 0);
+  const auto hz = rig.sim.hazards();
+  REQUIRE_FALSE(hz.empty());
+  INFO(to_string(hz.front()));
+  CHECK(hz.front().first.stream != hz.front().second.stream);  // stream 0's write against stream 1's
+  for (auto& b : blocks) REQUIRE(r.deallocate(std::move(b)).has_value());
+}
+
+TEST_CASE("budget pressure trims the cache and retries: no false out_of_budget", "[cached]") {
+  Rig<> rig({}, {}, BudgetOptions{.limit_bytes = std::size_t{1} << 20});
+  auto& r = *rig.stack;
+  auto a = r.allocate(512 << 10, StreamId{0}, AllocTag{});
+  REQUIRE(a.has_value());
+  REQUIRE(r.deallocate(std::move(*a)).has_value());
+  CHECK(r.stats().cached_bytes == (512 << 10));
+  // 512 KiB cached + 768 KiB does not fit 1 MiB; 768 KiB alone does.
+  auto b = r.allocate(768 << 10, StreamId{1}, AllocTag{});
+  REQUIRE(b.has_value());
+  CHECK(r.stats().pressure_retries == 1);
+  CHECK(r.stats().cached_bytes == 0);
+  const auto usage = device_budget(0);
+  REQUIRE(usage.has_value());
+  CHECK(usage->in_use <= usage->limit);
+  // Past the budget for real: a named error, and nothing lost.
+  auto c = r.allocate(512 << 10, StreamId{1}, AllocTag{});
+  REQUIRE_FALSE(c);
+  CHECK(c.error().code() == errc::out_of_budget);
+  REQUIRE(r.deallocate(std::move(*b)).has_value());
+  CHECK(r.trim() == (768 << 10));
+  REQUIRE(r.reap_pending().has_value());
+  CHECK(r.upstream().bytes_outstanding() == 0);
+  REQUIRE(clear_device_budget(0).has_value());
+}
+
+TEST_CASE("driver out-of-memory trims the cache and retries once", "[cached]") {
+  Rig<> rig(SimConfig{.memory_bytes = std::size_t{4} << 20});
+  auto& r = *rig.stack;
+  auto a = r.allocate(3 << 20, StreamId{0}, AllocTag{});
+  REQUIRE(a.has_value());
+  REQUIRE(r.deallocate(std::move(*a)).has_value());
+  auto b = r.allocate(std::size_t{5} << 19, StreamId{0}, AllocTag{});  // 2.5 MiB: another class
+  REQUIRE(b.has_value());
+  CHECK(r.stats().pressure_retries == 1);
+  // An empty cache has nothing to give: the driver's error comes back as it is.
+  CHECK(r.stats().cached_bytes == 0);
+  auto c = r.allocate(std::size_t{2} << 20, StreamId{0}, AllocTag{});
+  REQUIRE_FALSE(c);
+  CHECK(c.error().code() == errc::out_of_memory);
+  CHECK(r.stats().pressure_retries == 1);
+  REQUIRE(r.deallocate(std::move(*b)).has_value());
+}
+
+TEST_CASE("trim gives every cached block back, an exited thread's included", "[cached]") {
+  Rig<> rig;
+  auto& r = *rig.stack;
+  std::thread([&] {
+    std::vector<DeviceBlock> mine;
+    for (int i = 0; i < 8; ++i) mine.push_back(*r.allocate(4096, StreamId{2}, AllocTag{}));
+    for (auto& b : mine) REQUIRE(r.deallocate(std::move(b)).has_value());
+  }).join();
+  auto own = r.allocate(1 << 20, StreamId{0}, AllocTag{});
+  REQUIRE(own.has_value());
+  REQUIRE(r.deallocate(std::move(*own)).has_value());
+  const CacheStats before = r.stats();
+  CHECK(before.cached_bytes == 8 * 4096 + (1 << 20));
+  CHECK(before.cached_bytes_per_class[detail::class_of(4096)] == 8 * 4096);
+  CHECK(r.trim() == 8 * 4096 + (1 << 20));
+  const CacheStats after = r.stats();
+  CHECK(after.cached_bytes == 0);
+  CHECK(after.trimmed_blocks == 9);
+  CHECK(after.hits + after.misses == 9);  // the exited thread's counts are kept
+  REQUIRE(r.reap_pending().has_value());
+  CHECK(r.upstream().bytes_outstanding() == 0);
+}
+
+TEST_CASE("cross-thread frees: a producer allocates, a consumer frees, through the depot", "[cached]") {
+  Rig<> rig;
+  auto& r = *rig.stack;
+  std::mutex mu;
+  std::vector<DeviceBlock> queue;
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};
+  std::thread consumer([&] {
+    for (;;) {
+      std::vector<DeviceBlock> take;
+      {
+        std::lock_guard lock(mu);
+        take.swap(queue);
+      }
+      for (auto& b : take) {
+        if (!r.deallocate(std::move(b))) ++failures;
+      }
+      if (take.empty() && done.load()) break;
+      if (take.empty()) std::this_thread::yield();
+    }
+  });
+  for (int i = 0; i < 4000; ++i) {
+    for (;;) {  // a bounded queue: the producer waits for the consumer
+      std::lock_guard lock(mu);
+      if (queue.size() < 32) break;
+    }
+    auto b = r.allocate(8192, StreamId{1}, AllocTag{});
+    if (!b) {
+      ++failures;
+      continue;
+    }
+    std::lock_guard lock(mu);
+    queue.push_back(std::move(*b));
+  }
+  done.store(true);
+  consumer.join();
+  CHECK(failures.load() == 0);
+  const CacheStats s = r.stats();
+  CHECK(s.depot_hits > 0);
+  CHECK(s.misses < 400);  // most come back through the depot
+  CHECK(r.bytes_outstanding() == 0);
+  (void)r.trim();
+  REQUIRE(r.reap_pending().has_value());
+  CHECK(r.upstream().bytes_outstanding() == 0);
+}
+
+TEST_CASE("randomized threads, streams, cross-thread frees, trims: no hazard",
+          "[cached]") {
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    Rig<> rig(manual(seed), CachedOptions{.bin_blocks = 2});  // small bins: much depot traffic
+    auto& r = *rig.stack;
+    std::mutex shared_mu;
+    std::vector<DeviceBlock> shared;  // blocks any thread may free
+    std::atomic<int> failures{0};
+    std::atomic<bool> stop{false};
+    std::thread stepper([&] {  // the GPU: runs queued work now and then, and trims
+      std::mt19937 rng(static_cast<std::uint32_t>(seed));
+      while (!stop.load()) {
+        if (rng() % 4 == 0) {
+          rig.sim.run_until_idle();
+        } else {
+          for (int i = 0; i < 20; ++i) rig.sim.step();
+        }
+        if (rng() % 50 == 0) (void)r.trim();
+        std::this_thread::yield();
+      }
+    });
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        std::mt19937 rng(static_cast<std::uint32_t>(seed * 100 + t));
+        std::vector<DeviceBlock> mine;
+        for (int i = 0; i < 300; ++i) {
+          const auto s = static_cast<std::uint32_t>(rng() % 4);
+          const std::size_t bytes = (std::size_t{256} << (rng() % 3)) + (rng() % 2 ? 0 : rng() % 64);
+          auto b = r.allocate(bytes, StreamId{s}, AllocTag{});
+          if (!b) {
+            ++failures;
+            continue;
+          }
+          if (!rig.kernel(s, *b, Access::Write)) ++failures;
+          if (rng() % 3 == 0) {  // a tracked read on another stream
+            const auto u = static_cast<std::uint32_t>((s + 1 + rng() % 3) % 4);
+            if (!r.prepare_block_use(b->id(), StreamId{u}, Access::Read)) ++failures;
+            if (!rig.kernel(u, *b, Access::Read)) ++failures;
+            if (!r.finish_block_use(b->id(), StreamId{u}, Access::Read)) ++failures;
+          }
+          if (rng() % 4 == 0) {
+            std::lock_guard lock(shared_mu);
+            shared.push_back(std::move(*b));
+          } else {
+            mine.push_back(std::move(*b));
+          }
+          if (mine.size() > 6) {
+            if (!r.deallocate(std::move(mine.front()))) ++failures;
+            mine.erase(mine.begin());
+          }
+          if (rng() % 16 == 0) rig.sim.run_until_idle();  // the GPU catches up now and then
+          if (rng() % 5 == 0) {  // free someone else's block
+            std::optional<DeviceBlock> other;
+            {
+              std::lock_guard lock(shared_mu);
+              if (!shared.empty()) {
+                other.emplace(std::move(shared.back()));
+                shared.pop_back();
+              }
+            }
+            if (other && !r.deallocate(std::move(*other))) ++failures;
+          }
+        }
+        for (auto& b : mine) {
+          if (!r.deallocate(std::move(b))) ++failures;
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    stop.store(true);
+    stepper.join();
+    for (auto& b : shared) REQUIRE(r.deallocate(std::move(b)).has_value());
+    CHECK(failures.load() == 0);
+    const CacheStats st = r.stats();
+    INFO("hits " << st.hits << ", depot " << st.depot_hits << ", moves " << st.cross_stream_moves << ", misses "
+                 << st.misses << ", trims " << st.trims);
+    CHECK(st.hits > 0);
+    CHECK(st.depot_hits > 0);
+    CHECK(st.cross_stream_moves > 0);
+    CHECK(r.bytes_outstanding() == r.upstream().bytes_outstanding() - r.stats().cached_bytes);
+    const auto hz = rig.sim.hazards();
+    if (!hz.empty()) FAIL(to_string(hz.front()));
+    CHECK(hz.empty());
+    (void)r.trim();
+    rig.sim.run_until_idle();
+    REQUIRE(r.reap_pending().has_value());
+    CHECK(r.bytes_outstanding() == 0);
+    CHECK(r.upstream().bytes_outstanding() == 0);
+  }
+}
