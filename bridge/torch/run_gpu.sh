@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # The bridges' GPU runs, for a machine with a GPU, torch, nvcc and no network:
-#   bridge/torch/run_gpu.sh build|tests|bench
+#   bridge/torch/run_gpu.sh prepare            (here, where ../shared and Catch2 are)
+#   bridge/torch/run_gpu.sh build|tests|bench  (on the GPU machine, with .deps/ carried)
+# prepare: copies ../shared/third_party and /usr/include/catch2 into .deps/ (ignored by
+#        git, about 7 MB), which the GPU machine needs and cannot reach;
 # build: configures build-gpu/ with the GPU programs, the torch bridge and the benchmarks,
 #        and compiles only what the runs below need;
 # tests: RMM over xlogrt (gpu_rmm_interop), thrust::sort through ThrustAllocator
@@ -18,6 +21,15 @@ mkdir -p "$out"
 if command -v meson >/dev/null; then meson=(meson); else meson=(python3 -m mesonbuild.mesonmain); fi
 
 case ${1:-} in
+  prepare)
+    [ -d ../shared/third_party ] || { echo "run_gpu.sh: ../shared/third_party is absent"; exit 1; }
+    [ -f /usr/include/catch2/catch.hpp ] || { echo "run_gpu.sh: /usr/include/catch2/catch.hpp is absent (apt-get install catch2)"; exit 1; }
+    rm -rf .deps/third_party .deps/catch2
+    mkdir -p .deps/catch2
+    cp -r ../shared/third_party .deps/third_party
+    cp -r /usr/include/catch2 .deps/catch2/catch2
+    du -sh .deps
+    ;;
   build)
     [ -f .deps/catch2/catch2/catch.hpp ] || { echo "run_gpu.sh: .deps/catch2/catch2/catch.hpp is missing"; exit 1; }
     [ -d .deps/third_party/rmm ] || echo "run_gpu.sh: .deps/third_party is missing: gpu_rmm_interop is not built"
@@ -52,5 +64,5 @@ case ${1:-} in
     exit "${PIPESTATUS[0]}"
     ;;
   *)
-    echo "usage: bridge/torch/run_gpu.sh build|tests|bench"; exit 2 ;;
+    echo "usage: bridge/torch/run_gpu.sh prepare|build|tests|bench"; exit 2 ;;
 esac
