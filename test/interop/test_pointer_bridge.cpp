@@ -248,12 +248,18 @@ TEST_CASE("ThrustAllocator allocates on its stream, frees by pointer and throws 
 }
 
 TEST_CASE("find_layer finds a layer of a stack whatever sits above it", "[interop]") {
-  using S = DefaultStackOn<SimDriver>;
+  using S = Budget<Statistics<Logging<AsyncCuda<SimDriver>, FileSink>>>;
   static_assert(std::is_same_v<std::remove_pointer_t<decltype(find_layer<Statistics>(std::declval<S&>()))>,
                                Statistics<Logging<AsyncCuda<SimDriver>, FileSink>>>);
   static_assert(std::is_same_v<std::remove_pointer_t<decltype(find_layer<Logging>(std::declval<S&>()))>,
                                Logging<AsyncCuda<SimDriver>, FileSink>>);
   static_assert(std::is_same_v<std::remove_pointer_t<decltype(find_layer<Budget>(std::declval<S&>()))>, S>);
+  // The default stack has both layers the bridges read, wherever they sit.
+  using D = DefaultStackOn<SimDriver>;
+  static_assert(detail::is_layer_v<std::remove_pointer_t<decltype(find_layer<Statistics>(std::declval<D&>()))>,
+                                   Statistics>);
+  static_assert(detail::is_layer_v<std::remove_pointer_t<decltype(find_layer<Logging>(std::declval<D&>()))>,
+                                   Logging>);
   Rig rig;
   CHECK(find_layer<Statistics>(rig.rt->stack()) == &rig.rt->stack());
   CHECK(find_layer<AsyncCuda>(rig.rt->stack()) == &rig.rt->stack().upstream());
