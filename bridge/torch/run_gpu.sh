@@ -33,7 +33,8 @@ case ${1:-} in
   build)
     [ -f .deps/catch2/catch2/catch.hpp ] || { echo "run_gpu.sh: .deps/catch2/catch2/catch.hpp is missing"; exit 1; }
     [ -d .deps/third_party/rmm ] || echo "run_gpu.sh: .deps/third_party is missing: gpu_rmm_interop is not built"
-    "${meson[@]}" setup build-gpu --wipe -Dbuildtype=release -Dgpu_kernels=enabled -Dtorch_bridge=enabled \
+    wipe=(); [ -f build-gpu/build.ninja ] && wipe=(--wipe)
+    "${meson[@]}" setup build-gpu "${wipe[@]}" -Dbuildtype=release -Dgpu_kernels=enabled -Dtorch_bridge=enabled \
       -Dbenchmarks=true -Dmodel_checks=disabled -Dthird_party_dir="$root/.deps/third_party" \
       -Dcpp_args="-I$root/.deps/catch2" >"$out/setup.log" 2>&1 || { tail -40 "$out/setup.log"; exit 1; }
     grep -E "torch bridge|Library cudart" "$out/setup.log"

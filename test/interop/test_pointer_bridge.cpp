@@ -264,3 +264,29 @@ TEST_CASE("find_layer finds a layer of a stack whatever sits above it", "[intero
   CHECK(find_layer<Statistics>(rig.rt->stack()) == &rig.rt->stack());
   CHECK(find_layer<AsyncCuda>(rig.rt->stack()) == &rig.rt->stack().upstream());
 }
+
+TEST_CASE("PointerResource over a caching stack: a free names the size asked for, not the block's class",
+          "[interop]") {
+  using CStack = Cached<AsyncCuda<SimDriver>>;
+  SimDriver sim(SimConfig{.executor = SimExecutor::manual});
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  auto base = AsyncCuda<SimDriver>::create(*pool);
+  REQUIRE(base.has_value());
+  DeviceRuntime<CStack> rt(*pool, CStack(std::move(*base)));
+  PointerResource<CStack> res(rt);
+  auto s = (*pool)->at(StreamId{1});
+  auto p = res.allocate(1000, s);  // served by a 1024-byte class
+  REQUIRE(p.has_value());
+  CHECK(res.find(*p)->bytes() == 1024);
+  auto wrong = res.deallocate(*p, 1024, s);  // the block's size, not the one asked for
+  REQUIRE_FALSE(wrong);
+  CHECK(wrong.error().code() == errc::invalid_argument);
+  REQUIRE(res.deallocate(*p, 1000, s).has_value());
+  auto again = res.allocate(1000, s);  // a cache hit: the same block
+  REQUIRE(again.has_value());
+  CHECK(*again == *p);
+  REQUIRE(res.deallocate(*again, 1000, s).has_value());
+}

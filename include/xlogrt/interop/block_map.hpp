@@ -20,8 +20,9 @@
 namespace xlogrt {
 
 /// The live blocks of a pointer-level bridge, keyed by device pointer. Each entry is the
-/// block and a word of the owner's (PointerResource keeps the streams whose use of the
-/// block the free must wait for).
+/// block, the size its caller asked for (a caching stack's block may be larger) and a
+/// word of the owner's (PointerResource keeps the streams whose use of the block the free
+/// must wait for).
 ///
 /// Common path without a lock: an open-addressed table of `capacity` slots (a power of
 /// two), linear probing over at most PROBES slots. A slot's key is EMPTY (never used),
@@ -52,9 +53,10 @@ class BlockMap {
   BlockMap(const BlockMap&) = delete;
   BlockMap& operator=(const BlockMap&) = delete;
 
-  /// A filed block and its owner's word.
+  /// A filed block, the bytes asked for, and its owner's word.
   struct Entry {
     DeviceBlock block;
+    std::size_t requested = 0;
     std::uint64_t uses = 0;
   };
 
@@ -88,9 +90,11 @@ class BlockMap {
     return true;
   }
 
-  /// insert() of a block with a zero word; on false `b` is left with the caller.
-  bool insert(DeviceBlock&& b) noexcept {
-    Entry e{std::move(b), 0};
+  /// insert() of a block asked for with `requested` bytes (0: the block's), with a zero
+  /// word; on false `b` is left with the caller.
+  bool insert(DeviceBlock&& b, std::size_t requested = 0) noexcept {
+    const std::size_t asked = requested != 0 ? requested : b.bytes();
+    Entry e{std::move(b), asked, 0};
     if (insert(std::move(e))) return true;
     b = std::move(e.block);
     return false;

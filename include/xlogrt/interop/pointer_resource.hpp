@@ -81,7 +81,7 @@ class PointerResource {
     auto b = rt_->allocate(bytes, *id, tag_);
     if (!b) return std::move(b).error();
     void* p = b->template as<void>();
-    if (!map_.insert(std::move(*b))) [[unlikely]] {
+    if (!map_.insert(std::move(*b), bytes)) [[unlikely]] {
       // A pointer still live here (never expected from the device allocator) or no host
       // memory for the map's overflow: the block goes back, so nothing is lost.
       (void)rt_->deallocate(std::move(*b));
@@ -91,17 +91,17 @@ class PointerResource {
     return p;
   }
 
-  /// Queues the free of `ptr` (of `bytes`, as allocated; 0: not checked) after the work
-  /// enqueued so far on `stream`. Errors: foreign_block for a pointer this resource did
-  /// not hand out (or freed already), invalid_argument for a size that is not the
-  /// block's; the stack's.
+  /// Queues the free of `ptr` (of `bytes`, as asked for at allocate; 0: not checked) after
+  /// the work enqueued so far on `stream`. Errors: foreign_block for a pointer this
+  /// resource did not hand out (or freed already), invalid_argument for a size that is not
+  /// the one asked for; the stack's.
   result<void> deallocate(void* ptr, std::size_t bytes, stream_t stream) noexcept {
     auto e = map_.take(key(ptr));
     if (!e) return unknown(ptr, "deallocate");
     // Every refusal below files the entry again, as it was: nothing is lost.
-    if (bytes != 0 && bytes != e->block.bytes()) [[unlikely]] {
+    if (bytes != 0 && bytes != e->requested) [[unlikely]] {
       error err{errc::invalid_argument, "deallocate of " + hex(ptr) + " with " + std::to_string(bytes) +
-                                            " bytes; it was allocated with " + std::to_string(e->block.bytes())};
+                                            " bytes; it was allocated with " + std::to_string(e->requested)};
       (void)map_.insert(std::move(*e));
       return err;
     }
