@@ -10,9 +10,10 @@
 # tests: RMM over xlogrt (gpu_rmm_interop), thrust::sort through ThrustAllocator
 #        (gpu_thrust_sort), and the torch bridge's cases (test_torch_bridge.py);
 # bench: bench_allocators.py (native / xlogrt / plain async, alternating processes).
-# Outputs go to $OUT (default: build-gpu/out). Third-party trees are looked up in
-# .deps/: .deps/third_party (a copy of ../shared/third_party: CCCL 3.4, RMM 26.06) and
-# .deps/catch2/catch2/catch.hpp (Catch2 v2, which test/ needs to configure).
+# Outputs go to $OUT (default: build-gpu/out); JOBS=N limits the build's parallel jobs.
+# Third-party trees are looked up in .deps/: .deps/third_party (a copy of
+# ../shared/third_party: CCCL 3.4, RMM 26.06) and .deps/catch2/catch2/catch.hpp (Catch2
+# v2, which test/ needs to configure).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -42,7 +43,7 @@ case ${1:-} in
              test/interop/gpu_thrust_sort)
     grep -q "libxlogrt_torch_hooks.so:" build-gpu/build.ninja && targets+=(bridge/torch/libxlogrt_torch_hooks.so)
     grep -q "gpu_rmm_interop:" build-gpu/build.ninja && targets+=(test/interop/gpu_rmm_interop)
-    ninja -C build-gpu "${targets[@]}" >"$out/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$out/build.log"; tail -5 "$out/build.log"; exit 1; }
+    ninja -C build-gpu ${JOBS:+-j"$JOBS"} "${targets[@]}" >"$out/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$out/build.log"; tail -5 "$out/build.log"; exit 1; }
     echo "built: ${targets[*]}"
     ;;
   tests)
