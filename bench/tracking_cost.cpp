@@ -46,7 +46,7 @@ namespace {
 #define XLOGRT_BENCH_DRIVER_CALLS(X)                                                                   \
   X(device_count) X(device_get) X(device_name) X(device_total_mem) X(device_attribute)                 \
   X(primary_ctx_retain) X(primary_ctx_release) X(ctx_make_current) X(mem_get_info) X(stream_create)    \
-  X(stream_destroy) X(stream_synchronize) X(stream_query) X(stream_wait_event) X(event_create)         \
+  X(stream_destroy) X(stream_synchronize) X(stream_query) X(stream_get_id) X(stream_wait_event) X(event_create)         \
   X(event_destroy) X(event_record) X(event_query) X(event_synchronize) X(device_default_mempool)       \
   X(mempool_set_release_threshold) X(mem_alloc_async) X(mem_free_async) X(mem_alloc) X(mem_free)       \
   X(mem_host_alloc_mapped) X(mem_host_device_pointer) X(mem_host_free) X(memset_d8_async)              \

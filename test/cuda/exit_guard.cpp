@@ -79,6 +79,7 @@ void after_flag() {
   check_shutting_down(d.stream_destroy(s), "stream_destroy");
   check_shutting_down(d.stream_synchronize(s), "stream_synchronize");
   check_shutting_down(d.stream_query(s), "stream_query");
+  check_shutting_down(d.stream_get_id(s), "stream_get_id");
   check_shutting_down(d.stream_wait_event(s, e), "stream_wait_event");
   check_shutting_down(d.event_create(), "event_create");
   check_shutting_down(d.event_destroy(e), "event_destroy");

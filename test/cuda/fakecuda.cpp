@@ -203,6 +203,13 @@ CUresult CUDAAPI fake_cuStreamQuery(CUstream s) {
   if (CUresult r = enter("cuStreamQuery", 2000, u(s)); r != CUDA_SUCCESS) return r;
   return static_cast<CUresult>(g_state.query_status);
 }
+// The id is derived from the handle and stream_id_salt, so that a test can make a handle
+// "destroyed and reused for a new stream" by changing the salt.
+CUresult CUDAAPI fake_cuStreamGetId(CUstream s, unsigned long long* id) {
+  if (CUresult r = enter("cuStreamGetId", 12000, u(s)); r != CUDA_SUCCESS) return r;
+  *id = u(s) * 7 + g_state.stream_id_salt;
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI fake_cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
   return enter("cuStreamWaitEvent", 3020, u(s), u(e), flags);
 }
@@ -394,6 +401,7 @@ const Entry g_entries[] = {
     {"cuStreamDestroy", 4000, as_void(&fake_cuStreamDestroy_v2)},
     {"cuStreamSynchronize", 2000, as_void(&fake_cuStreamSynchronize)},
     {"cuStreamQuery", 2000, as_void(&fake_cuStreamQuery)},
+    {"cuStreamGetId", 12000, as_void(&fake_cuStreamGetId)},
     {"cuStreamWaitEvent", 3020, as_void(&fake_cuStreamWaitEvent)},
     {"cuEventCreate", 2000, as_void(&fake_cuEventCreate)},
     {"cuEventDestroy", 2000, as_void(&fake_cuEventDestroy_v1)},

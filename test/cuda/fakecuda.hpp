@@ -32,6 +32,7 @@ struct FakeCudaState {
   int fail_status = 0;
 
   int query_status = 0;             // what cuStreamQuery and cuEventQuery return
+  unsigned long long stream_id_salt = 0;  // cuStreamGetId returns handle * 7 + salt
   void* current_ctx = nullptr;      // what cuCtxGetCurrent reports
 
   FakeCudaRequest requests[128] = {};

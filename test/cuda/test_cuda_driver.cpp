@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "fakecuda.hpp"
+#include "xlogrt/device/stream_pool.hpp"
 #include "xlogrt/driver/cuda_driver.hpp"
 
 using namespace xlogrt;
@@ -178,6 +179,7 @@ TEST_CASE("every entry point is resolved at the version of its ABI, legacy strea
       {"cuMemGetInfo", 3020},             {"cuStreamCreate", 2000},
       {"cuStreamDestroy", 4000},          {"cuStreamSynchronize", 2000},
       {"cuStreamQuery", 2000},            {"cuStreamWaitEvent", 3020},
+      {"cuStreamGetId", 12000},
       {"cuEventCreate", 2000},            {"cuEventDestroy", 4000},
       {"cuEventRecord", 2000},            {"cuEventQuery", 2000},
       {"cuEventSynchronize", 2000},       {"cuDeviceGetDefaultMemPool", 11020},
@@ -354,6 +356,13 @@ TEST_CASE("each member calls its driver entry point once, with the documented ar
   mark();
   CHECK(d.event_query(*e).value() == false);
   one_call("cuEventQuery", 2000);
+  mark();
+  auto sid = d.stream_get_id(*s);
+  REQUIRE(sid);
+  one_call("cuStreamGetId", 12000);
+  CHECK(st.last_args[0] == reinterpret_cast<std::uintptr_t>(*s));
+  CHECK(*sid == reinterpret_cast<std::uintptr_t>(*s) * 7 + st.stream_id_salt);
+
   st.query_status = CUDA_ERROR_ILLEGAL_ADDRESS;
   auto faulted = d.stream_query(*s);
   REQUIRE_FALSE(faulted);
@@ -489,6 +498,7 @@ TEST_CASE("every member reports a failed call by name, with the driver's status 
       {"cuStreamDestroy", [&] { return error_of(d.stream_destroy(s)); }},
       {"cuStreamSynchronize", [&] { return error_of(d.stream_synchronize(s)); }},
       {"cuStreamQuery", [&] { return error_of(d.stream_query(s)); }},
+      {"cuStreamGetId", [&] { return error_of(d.stream_get_id(s)); }},
       {"cuStreamWaitEvent", [&] { return error_of(d.stream_wait_event(s, e)); }},
       {"cuEventCreate", [&] { return error_of(d.event_create()); }},
       {"cuEventDestroy", [&] { return error_of(d.event_destroy(e)); }},
@@ -533,6 +543,38 @@ TEST_CASE("every member reports a failed call by name, with the driver's status 
   REQUIRE_FALSE(oom);
   CHECK(oom.error().code() == errc::out_of_memory);
   CHECK(oom.error().message() == "cuMemAlloc failed with CUDA_ERROR_OUT_OF_MEMORY (2)");
+}
+
+TEST_CASE("StreamPool knows an adopted stream by its driver id: a reused handle is a new stream",
+          "[.][wrappers]") {
+  CudaDriver& d = ok_driver();
+  FakeCudaState& st = ok_state();
+  auto dev = Device<CudaDriver>::open(d, 0);
+  REQUIRE(dev);
+  auto pool = StreamPool<CudaDriver>::create(*dev, 2);
+  REQUIRE(pool);
+  auto& p = **pool;
+  auto handle = d.stream_create();
+  REQUIRE(handle);
+  auto first = p.adopt(*handle);
+  REQUIRE(first);
+  CHECK(*first == StreamId{2});
+  CHECK(*p.adopt(*handle) == *first);
+  // The driver destroys the stream and hands its handle to a new one, with a new id.
+  st.stream_id_salt += 1;
+  auto second = p.adopt(*handle);
+  REQUIRE(second);
+  CHECK(*second == StreamId{3});
+  CHECK(*p.get(*second) == *handle);
+  CHECK(*p.adopt(*handle) == *second);
+  st.stream_id_salt -= 1;
+  std::strncpy(st.fail_symbol, "cuStreamGetId", sizeof st.fail_symbol - 1);
+  st.fail_status = CUDA_ERROR_INVALID_HANDLE;
+  auto refused = p.adopt(*handle);
+  st.fail_symbol[0] = 0;
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().driver_status() == CUDA_ERROR_INVALID_HANDLE);
+  CHECK(p.size() == 4);
 }
 
 TEST_CASE("status_name asks the driver, and falls back without calling it", "[.][wrappers]") {

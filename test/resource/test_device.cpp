@@ -63,6 +63,15 @@ TEST_CASE("StreamPool names its streams and adopts a caller's", "[device]") {
   CHECK(*id == StreamId{3});
   CHECK(*p.get(*id) == *mine);
   CHECK(*p.adopt(*mine) == StreamId{3});  // adopting twice gives the same id
+  CHECK(*p.adopt(*p.get(StreamId{1})) == StreamId{1});  // the pool's own stream keeps its id
+  CHECK(p.size() == 4);
+  auto gone = sim.stream_create();
+  REQUIRE(gone.has_value());
+  REQUIRE(sim.stream_destroy(*gone).has_value());
+  auto refused = p.adopt(*gone);  // a destroyed stream has no id: refused, pool unchanged
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().driver_status() == status::invalid_handle);
+  CHECK(p.size() == 4);
   const auto destroyed = sim.calls("cuStreamDestroy");
   pool->reset();
   CHECK(sim.calls("cuStreamDestroy") == destroyed + 3);  // not the adopted one

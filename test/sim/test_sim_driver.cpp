@@ -588,6 +588,20 @@ TEST_CASE("destroyed streams finish their work but refuse new work", "[sim]") {
   CHECK(std::to_integer<int>(view[7]) == 3);
 }
 
+TEST_CASE("stream ids are distinct, stable, and refused for a destroyed stream", "[sim]") {
+  Sim sim;
+  auto a = sim.stream();
+  auto b = sim.stream();
+  const auto ida = value(sim.d.stream_get_id(a));
+  CHECK(value(sim.d.stream_get_id(a)) == ida);
+  CHECK(value(sim.d.stream_get_id(b)) != ida);
+  CHECK(value(sim.d.stream_get_id(SimDriver::stream_t{})) != ida);  // the legacy stream has one
+  expect_ok(sim.d.stream_destroy(a));
+  auto gone = sim.d.stream_get_id(a);
+  REQUIRE_FALSE(gone);
+  CHECK(gone.error().driver_status() == status::invalid_handle);
+}
+
 TEST_CASE("mapped host memory has its own device address", "[sim]") {
   Sim sim;
   auto* host = static_cast<std::uint32_t*>(value(sim.d.mem_host_alloc_mapped(64)));

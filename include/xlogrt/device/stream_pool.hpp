@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "xlogrt/core/ids.hpp"
@@ -21,8 +22,16 @@ namespace xlogrt {
 /// first stream, StreamId{i} the i-th; a caller's own stream can be adopted and gets the
 /// next id (the pool never destroys an adopted stream). At most MAX_STREAMS ids.
 ///
-/// Thread-safe. get() is lock-free (a bounds check and an array read); adopt() takes a
-/// mutex and publishes the new stream with a release store of the count.
+/// Streams are known by the driver's stream id (D::stream_get_id, cuStreamGetId), not
+/// by handle: the driver may hand a destroyed stream's handle to a new stream, and the
+/// new stream must not inherit the old one's StreamId (its blocks, its tracked uses).
+/// Such a handle is adopted again under a new StreamId; the old StreamId keeps naming
+/// the handle, so blocks allocated on a stream must be freed before it is destroyed.
+///
+/// Thread-safe. get() is lock-free (a bounds check and an array read). adopt() of a
+/// stream already in the pool is lock-free too (one stream_get_id call and a scan of
+/// the ids); a new stream takes a mutex and is published with a release store of the
+/// count, after its handle and id are written (entries never change afterwards).
 template <Driver D>
 class alignas(64) StreamPool {
  public:
@@ -46,6 +55,12 @@ class alignas(64) StreamPool {
       if (!s) return std::move(s).error();  // the destructor destroys those made so far
       p->streams_[i] = *s;
       p->owned_[i] = true;
+      auto key = p->device_->driver().stream_get_id(*s);
+      if (!key) {
+        p->count_.store(static_cast<std::uint32_t>(i + 1), std::memory_order_release);
+        return std::move(key).error();
+      }
+      p->keys_[i] = *key;
       p->count_.store(static_cast<std::uint32_t>(i + 1), std::memory_order_release);
     }
     return p;
@@ -77,13 +92,18 @@ class alignas(64) StreamPool {
     return id.value < count_.load(std::memory_order_acquire);
   }
 
-  /// Adopts a caller's stream (not destroyed by the pool) and returns its id. Adopting
-  /// the same stream twice returns the same id. Errors: invalid_argument when full.
+  /// Adopts a caller's stream (not destroyed by the pool) and returns its id; a stream
+  /// already in the pool (one of its own, or adopted before) returns its existing id.
+  /// The caller makes the device's context current. Errors: invalid_argument when
+  /// full; the driver's error for a handle it does not know (a destroyed stream).
   result<StreamId> adopt(stream_t s) noexcept {
+    auto key = driver_->stream_get_id(s);
+    if (!key) return std::move(key).error();
+    if (auto known = find(*key)) return *known;
     std::lock_guard lock(adopt_mu_);
     const auto n = count_.load(std::memory_order_relaxed);
     for (std::uint32_t i = 0; i < n; ++i) {
-      if (streams_[i] == s) return StreamId{i};
+      if (keys_[i] == *key) return StreamId{i};
     }
     if (n == MAX_STREAMS) {
       return error{errc::invalid_argument,
@@ -92,6 +112,7 @@ class alignas(64) StreamPool {
     }
     streams_[n] = s;
     owned_[n] = false;
+    keys_[n] = *key;
     count_.store(n + 1, std::memory_order_release);
     return StreamId{n};
   }
@@ -109,6 +130,16 @@ class alignas(64) StreamPool {
   }
 
  private:
+  /// The StreamId whose driver stream id is `key`, if any. Lock-free: entries below the
+  /// (acquired) count are written before it is published and never change.
+  std::optional<StreamId> find(std::uint64_t key) const noexcept {
+    const auto n = count_.load(std::memory_order_acquire);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (keys_[i] == key) return StreamId{i};
+    }
+    return std::nullopt;
+  }
+
   explicit StreamPool(std::shared_ptr<Device<D>> device)
       : device_(std::move(device)), driver_(&device_->driver()) {}
 
@@ -119,6 +150,7 @@ class alignas(64) StreamPool {
   std::atomic<std::uint32_t> count_{0};
   std::array<stream_t, MAX_STREAMS> streams_{};
   std::array<bool, MAX_STREAMS> owned_{};
+  std::array<std::uint64_t, MAX_STREAMS> keys_{};  // D::stream_get_id of each stream
   std::mutex adopt_mu_;
 };
 

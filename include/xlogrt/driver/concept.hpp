@@ -79,6 +79,9 @@ concept Driver =
       { d.stream_destroy(s) } -> std::same_as<result<void>>;
       { d.stream_synchronize(s) } -> std::same_as<result<void>>;
       { d.stream_query(s) } -> std::same_as<result<bool>>;  // true: all work done
+      // The stream's process-unique id (cuStreamGetId): a handle the driver reuses for a
+      // new stream after destroying an old one has a new id.
+      { d.stream_get_id(s) } -> std::same_as<result<std::uint64_t>>;
       { d.stream_wait_event(s, e) } -> std::same_as<result<void>>;
       { d.event_create() } -> std::same_as<result<typename D::event_t>>;
       { d.event_destroy(e) } -> std::same_as<result<void>>;

@@ -267,6 +267,17 @@ class alignas(64) CudaDriver {
     return failure(r, "cuStreamQuery");
   }
 
+  /// cuStreamGetId: the stream's id, unique over the process's life (a reused handle
+  /// gets a new one).
+  result<std::uint64_t> stream_get_id(CUstream s) const noexcept {
+    if (exiting_now()) [[unlikely]] return exiting("cuStreamGetId");
+    unsigned long long id = 0;
+    if (const CUresult r = api_.cuStreamGetId_(s, &id); r != CUDA_SUCCESS) [[unlikely]] {
+      return failure(r, "cuStreamGetId");
+    }
+    return static_cast<std::uint64_t>(id);
+  }
+
   /// cuStreamWaitEvent(s, e, 0): work enqueued on `s` afterwards waits for `e`.
   result<void> stream_wait_event(CUstream s, CUevent e) const noexcept {
     return call("cuStreamWaitEvent", api_.cuStreamWaitEvent_, s, e, 0u);

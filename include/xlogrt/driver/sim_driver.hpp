@@ -302,6 +302,8 @@ class SimDriver {
   result<void> stream_synchronize(stream_t s) noexcept;
   /// Does not run anything in manual mode: a polling loop must call step().
   result<bool> stream_query(stream_t s) noexcept;
+  /// The stream's index in the driver's stream table: never reused, as handles never are.
+  result<std::uint64_t> stream_get_id(stream_t s) noexcept;
   result<void> stream_wait_event(stream_t s, event_t e) noexcept;
   result<event_t> event_create() noexcept;
   result<void> event_destroy(event_t e) noexcept;
@@ -1365,6 +1367,14 @@ inline result<bool> SimDriver::stream_query(stream_t s) noexcept {
   if (st.completed < st.enqueued) return false;
   publish_locked(st.vc);
   return true;
+}
+
+inline result<std::uint64_t> SimDriver::stream_get_id(stream_t s) noexcept {
+  Lock lk(mu_);
+  if (auto e = enter_locked(Call::stream_get_id)) return *e;
+  auto sr = stream_locked(Call::stream_get_id, s);
+  if (!sr) return std::move(sr).error();
+  return std::uint64_t{(*sr)->id};
 }
 
 inline result<void> SimDriver::stream_wait_event(stream_t s, event_t e) noexcept {

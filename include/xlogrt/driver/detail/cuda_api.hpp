@@ -65,6 +65,7 @@ namespace xlogrt::detail {
   X(cuStreamDestroy, 4000)             \
   X(cuStreamSynchronize, 2000)         \
   X(cuStreamQuery, 2000)               \
+  X(cuStreamGetId, 12000)              \
   X(cuEventCreate, 2000)               \
   X(cuEventDestroy, 4000)              \
   X(cuEventQuery, 2000)                \

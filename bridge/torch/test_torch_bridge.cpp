@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: Apache-2.0
+// libxlogrt_torch's C functions without a GPU or torch: CudaDriver on test/cuda's working
+// fake libcuda (XLOGRT_LIBCUDA), budget 1 MiB (XLOGRT_BUDGET_BYTES), both set by
+// meson.build. Streams are arbitrary handles: the fake gives each an id. What torch
+// would do: allocate on its stream, record a side stream, free with the recorded size;
+// what it must not get wrong: a refused free keeps the block, an allocation over the
+// budget names the budget, and the failure handler's exception reaches the caller.
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "xlogrt_torch.h"
+
+namespace {
+
+xlogrt_torch_stream handle(std::uintptr_t v) { return reinterpret_cast<xlogrt_torch_stream>(v); }
+
+xlogrt_torch_stats stats() {
+  xlogrt_torch_stats s{};
+  REQUIRE(xlogrt_torch_get_stats(0, &s) == 0);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("torch bridge: allocate, record a side stream, free, reap", "[torch_bridge]") {
+  const auto s = handle(0x10000), side = handle(0x20000);
+  const auto before = stats();
+  void* p = xlogrt_torch_malloc(4096, 0, s);
+  REQUIRE(p != nullptr);
+  auto mid = stats();
+  CHECK(mid.current_bytes == before.current_bytes + 4096);
+  CHECK(mid.allocations == before.allocations + 1);
+  CHECK(mid.budget_bytes == 1 << 20);
+  CHECK(xlogrt_torch_record_stream(p, side) == 0);
+  xlogrt_torch_free(p, 4096, 0, s);
+  CHECK(stats().frees == before.frees + 1);
+  CHECK(xlogrt_torch_reap(0) == 0);
+  CHECK(stats().bytes_outstanding == before.bytes_outstanding);
+  CHECK(xlogrt_torch_malloc(0, 0, s) == nullptr);  // torch's empty tensors: no block
+  CHECK(stats().failed == before.failed);
+}
+
+TEST_CASE("torch bridge: bad input is refused by name and loses nothing", "[torch_bridge]") {
+  const auto s = handle(0x10000);
+  void* p = xlogrt_torch_malloc(1024, 0, s);
+  REQUIRE(p != nullptr);
+  const auto live = stats();
+  xlogrt_torch_free(p, 1000, 0, s);  // the wrong size: refused, the block stays
+  CHECK(stats().current_bytes == live.current_bytes);
+  CHECK(std::string(xlogrt_torch_last_error()).find("1024") != std::string::npos);
+  int host = 0;
+  CHECK(xlogrt_torch_record_stream(&host, s) == -1);
+  CHECK(std::string(xlogrt_torch_last_error()).find("foreign_block") != std::string::npos);
+  CHECK(xlogrt_torch_malloc(64, 99, s) == nullptr);
+  CHECK(std::string(xlogrt_torch_last_error()).find("invalid_ordinal") != std::string::npos);
+  CHECK(xlogrt_torch_malloc(-5, 0, s) == nullptr);
+  xlogrt_torch_stats ignored{};
+  CHECK(xlogrt_torch_get_stats(99, &ignored) == -1);
+  xlogrt_torch_free(p, 1024, 0, s);
+  CHECK(stats().current_bytes == live.current_bytes - 1024);
+}
+
+TEST_CASE("torch bridge: over the budget, NULL and a message naming XLOGRT_BUDGET_BYTES, or the handler's exception",
+          "[torch_bridge]") {
+  const auto s = handle(0x10000);
+  const auto before = stats();
+  CHECK(xlogrt_torch_malloc(2 << 20, 0, s) == nullptr);
+  const std::string m = xlogrt_torch_last_error();
+  CHECK(m.find("out_of_budget") != std::string::npos);
+  CHECK(m.find("XLOGRT_BUDGET_BYTES") != std::string::npos);
+  CHECK(stats().current_bytes == before.current_bytes);  // (Budget refuses above Statistics: not a failed count)
+
+  xlogrt_torch_set_failure_handler([](const char* message, size_t bytes, int device) {
+    throw std::runtime_error(std::string(message) + " [" + std::to_string(bytes) + " on " +
+                             std::to_string(device) + "]");
+  });
+  try {
+    (void)xlogrt_torch_malloc(2 << 20, 0, s);
+    FAIL("the failure handler did not throw");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).find("XLOGRT_BUDGET_BYTES") != std::string::npos);
+    CHECK(std::string(e.what()).find("[2097152 on 0]") != std::string::npos);
+  }
+  xlogrt_torch_set_failure_handler(nullptr);
+  void* p = xlogrt_torch_malloc(4096, 0, s);  // the budget still serves what fits
+  REQUIRE(p != nullptr);
+  xlogrt_torch_free(p, 4096, 0, s);
+}

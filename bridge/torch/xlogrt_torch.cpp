@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: Apache-2.0
+// libxlogrt_torch: PyTorch's pluggable-allocator functions over DeviceRuntime<DefaultStack>
+// (configured by XLOGRT_BUDGET_BYTES, XLOGRT_LOG_FILE and XLOGRT_LIBCUDA, as every
+// default runtime), one PointerResource per device ordinal, built on the device's first
+// allocation. torch's streams are adopted on first sight, keyed by cuStreamGetId, so a
+// stream handle the driver reuses after torch destroyed its stream starts afresh.
+//
+// No torch dependency: this library is what CUDAPluggableAllocator loads. The hooks that
+// need torch's C++ API (record_stream, torch.OutOfMemoryError) are torch_hooks.cpp.
+
+#include "xlogrt_torch.h"
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <string>
+
+#include <xlogrt/interop/pointer_resource.hpp>
+#include <xlogrt/resource/find_layer.hpp>
+#include <xlogrt/runtime.hpp>
+
+namespace {
+
+using Runtime = xlogrt::DeviceRuntime<xlogrt::DefaultStack>;
+using Resource = xlogrt::PointerResource<xlogrt::DefaultStack>;
+constexpr std::uint32_t DEVICES = Runtime::MAX_DEVICE_ORDINALS;
+
+/// torch's allocations carry this tag in Statistics and in the log.
+constexpr xlogrt::AllocTag TORCH_TAG{1};
+
+// The resources, built once per device and never destroyed (as the runtimes: torch frees
+// tensors during interpreter shutdown, after static destructors would have run).
+std::array<std::atomic<Resource*>, DEVICES> g_resources{};
+std::mutex g_build_mu;
+std::atomic<xlogrt_torch_failure_handler> g_failure_handler{nullptr};
+thread_local std::string t_last_error;
+
+void set_error(const std::string& m) { t_last_error = m; }
+
+/// The resource of `device`, built on first use. Null (with the error set) when the
+/// device has no runtime.
+Resource* resource(int device) noexcept {
+  if (device < 0 || static_cast<std::uint32_t>(device) >= DEVICES) {
+    set_error("invalid_ordinal: device " + std::to_string(device) + " is outside 0.." +
+              std::to_string(DEVICES - 1));
+    return nullptr;
+  }
+  auto& slot = g_resources[static_cast<std::size_t>(device)];
+  // Acquire pairs with the release store below: a non-null pointer comes built.
+  if (Resource* r = slot.load(std::memory_order_acquire)) return r;
+  std::lock_guard lock(g_build_mu);
+  if (Resource* r = slot.load(std::memory_order_relaxed)) return r;
+  auto rt = Runtime::try_get(static_cast<std::uint32_t>(device));
+  if (!rt) {
+    set_error(rt.error().what());
+    return nullptr;
+  }
+  auto* r = new (std::nothrow) Resource(**rt, {.tag = TORCH_TAG, .map_capacity = std::size_t{1} << 16});
+  if (r == nullptr) {
+    set_error("out_of_memory: host allocation of the bridge's resource failed");
+    return nullptr;
+  }
+  slot.store(r, std::memory_order_release);
+  return r;
+}
+
+/// The stack's budget error, with the variable that sets the budget named.
+std::string failure_message(const xlogrt::error& e) {
+  std::string m = "xlogrt: " + e.what();
+  if (e.code() == xlogrt::errc::out_of_budget) m += " (the budget is XLOGRT_BUDGET_BYTES)";
+  return m;
+}
+
+[[gnu::cold]] void* fail(const std::string& message, std::size_t bytes, int device) {
+  set_error(message);
+  if (auto h = g_failure_handler.load(std::memory_order_acquire)) h(message.c_str(), bytes, device);  // may throw
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+// Not noexcept: the failure handler may throw through here into torch.
+void* xlogrt_torch_malloc(ssize_t size, int device, xlogrt_torch_stream stream) {
+  if (size <= 0) {
+    if (size == 0) return nullptr;  // torch asks for 0 bytes: no block
+    return fail("xlogrt: invalid_argument: a negative size (" + std::to_string(size) + ")", 0, device);
+  }
+  const auto bytes = static_cast<std::size_t>(size);
+  Resource* r = resource(device);
+  if (r == nullptr) return fail("xlogrt: " + t_last_error, bytes, device);
+  auto p = r->allocate(bytes, stream);
+  if (!p) [[unlikely]] return fail(failure_message(p.error()), bytes, device);
+  return *p;
+}
+
+void xlogrt_torch_free(void* ptr, ssize_t size, int device, xlogrt_torch_stream stream) {
+  if (ptr == nullptr) return;
+  Resource* r = resource(device);
+  if (r == nullptr) {
+    std::fprintf(stderr, "xlogrt: free of %p on device %d refused: %s\n", ptr, device, t_last_error.c_str());
+    return;
+  }
+  auto done = r->deallocate(ptr, size < 0 ? 0 : static_cast<std::size_t>(size), stream);
+  if (!done) [[unlikely]] {
+    set_error(done.error().what());
+    std::fprintf(stderr, "xlogrt: free refused, the block stays live: %s\n", done.error().what().c_str());
+  }
+}
+
+int xlogrt_torch_record_stream(void* ptr, xlogrt_torch_stream stream) {
+  // The pointer's device is the one whose resource filed it.
+  for (std::uint32_t d = 0; d < DEVICES; ++d) {
+    Resource* r = g_resources[d].load(std::memory_order_acquire);
+    if (r == nullptr || r->find(ptr) == nullptr) continue;
+    auto done = r->record_use(ptr, stream);
+    if (done) return 0;
+    set_error(done.error().what());
+    return -1;
+  }
+  set_error("foreign_block: record_stream of " + std::to_string(reinterpret_cast<std::uintptr_t>(ptr)) +
+            ": not a live pointer of the xlogrt bridge");
+  return -1;
+}
+
+void xlogrt_torch_set_failure_handler(xlogrt_torch_failure_handler handler) {
+  g_failure_handler.store(handler, std::memory_order_release);
+}
+
+int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
+  if (out == nullptr) return set_error("invalid_argument: no stats to fill"), -1;
+  Resource* r = resource(device);
+  if (r == nullptr) return -1;
+  auto& rt = r->runtime();
+  const auto c = xlogrt::find_layer<xlogrt::Statistics>(rt.stack())->snapshot().total;
+  out->current_bytes = c.current_bytes;
+  out->peak_bytes = c.peak_bytes;
+  out->total_bytes = c.total_bytes;
+  out->allocations = c.allocations;
+  out->frees = c.frees;
+  out->failed = c.failed;
+  out->bytes_outstanding = rt.bytes_outstanding();
+  auto budget = xlogrt::device_budget(static_cast<std::uint32_t>(device));
+  out->budget_bytes = budget && budget->limit != std::numeric_limits<std::size_t>::max()
+                          ? budget->limit
+                          : std::numeric_limits<std::uint64_t>::max();
+  return 0;
+}
+
+int xlogrt_torch_reap(int device) {
+  Resource* r = resource(device);
+  if (r == nullptr) return -1;
+  if (auto done = r->runtime().reap_pending(); !done) return set_error(done.error().what()), -1;
+  return 0;
+}
+
+int xlogrt_torch_flush_log(int device) {
+  Resource* r = resource(device);
+  if (r == nullptr) return -1;
+  if (auto done = xlogrt::find_layer<xlogrt::Logging>(r->runtime().stack())->flush(); !done) {
+    return set_error(done.error().what()), -1;
+  }
+  return 0;
+}
+
+const char* xlogrt_torch_last_error(void) { return t_last_error.c_str(); }
+
+}  // extern "C"
