@@ -50,7 +50,7 @@ int main() {
   auto rt = DeviceRuntime<DefaultStack>::try_get(0);
   if (!rt) return std::printf("FAIL: %s\n", rt.error().what().c_str()), 1;
   auto& stats = *find_layer<Statistics>((*rt)->stack());
-  constexpr AllocTag TAG{77};
+  constexpr AllocTag TAG{27};  // below Statistics' tag_slots (64): counted on its own
   const std::size_t start_bytes = (*rt)->bytes_outstanding();
 
   cudaStream_t stream = nullptr;
