@@ -84,6 +84,7 @@
 #include "xlogrt/resource/detail/decorator.hpp"
 #include "xlogrt/resource/detail/nvtx_marks.hpp"
 #include "xlogrt/resource/detail/size_class.hpp"
+#include "xlogrt/resource/detail/spin_lock.hpp"
 #include "xlogrt/resource/detail/thread_cache.hpp"
 
 namespace xlogrt {
@@ -282,11 +283,14 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
 
   /// The blocks of one stream that threads gave up from their bins, by class. `fresh`:
   /// not yet marked; `marked`: marked by `event`, not yet known complete; `done`: their
-  /// frees are complete on the GPU, so they may go to any stream.
+  /// frees are complete on the GPU, so they may go to any stream. Guarded by a spin lock:
+  /// a bin's refill or overflow holds it for a few stores, and a sleeping mutex made the
+  /// producer / consumer pattern pay a futex wake-up per batch; the only driver calls
+  /// under it are advance()'s event query and record.
   struct Depot {
     explicit Depot(std::uint32_t classes)
         : fresh(classes), marked(classes), done(classes), count(new std::atomic<std::uint32_t>[classes]{}) {}
-    std::mutex mu;
+    detail::SpinLock mu;
     event_t event{};
     bool has_event = false;  // `event` was created
     bool pending = false;    // `event` marks the `marked` lists and is not known complete
@@ -626,17 +630,27 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
       });
       tc->claim.release();
     }
+    // Each depot's lists are taken under its lock and freed outside it; a block the
+    // upstream refuses goes back as a fresh one.
     const std::uint32_t n = st.depot_streams.load(std::memory_order_acquire);
+    std::vector<detail::CachedEntry> taken;
     for (std::uint32_t s = 0; s < n; ++s) {
       Depot* d = st.depots[s].load(std::memory_order_acquire);
       if (d == nullptr) continue;
-      std::lock_guard lock(d->mu);
       for (std::uint32_t c = 0; c < st.classes; ++c) {
-        for (auto* list : {&d->fresh[c], &d->marked[c], &d->done[c]}) {
-          std::erase_if(*list, [&](const detail::CachedEntry& e) { return give_back(st, s, c, e); });
+        for (int which = 0; which < 3 && d->count[c].load(std::memory_order_relaxed) != 0; ++which) {
+          {
+            std::lock_guard lock(d->mu);
+            auto& list = which == 0 ? d->fresh[c] : which == 1 ? d->marked[c] : d->done[c];
+            taken.clear();
+            taken.swap(list);  // no allocation: the list keeps taken's old (empty) buffer
+            d->count[c].store(d->count[c].load(std::memory_order_relaxed) - static_cast<std::uint32_t>(taken.size()),
+                              std::memory_order_relaxed);
+          }
+          for (const detail::CachedEntry& e : taken) {
+            if (!give_back(st, s, c, e)) depot_put(st, s, c, &e);
+          }
         }
-        d->count[c].store(static_cast<std::uint32_t>(d->fresh[c].size() + d->marked[c].size() + d->done[c].size()),
-                          std::memory_order_relaxed);
       }
     }
     return static_cast<std::size_t>(st.trimmed_bytes.load(std::memory_order_relaxed) - before);
