@@ -152,24 +152,14 @@ int run_bench(D& drv, const char* where, const Options& opt) {
       v.run(bytes, pairs);
       v.settle();
     }
-    // Each round runs the variants in a fresh random order (fixed seed), so that each
-    // follows every other equally often: a variant run right after another pays for the
-    // state that one leaves the driver in (after the synchronous cuMemAlloc/cuMemFree
-    // pairs, say). Rotating a fixed order is not enough: it keeps who follows whom.
-    std::mt19937 rng(42);
-    std::vector<std::size_t> order(vs.size());
-    for (int r = 0; r < rounds; ++r) {
-      std::iota(order.begin(), order.end(), std::size_t{0});
-      std::shuffle(order.begin(), order.end(), rng);
-      for (const std::size_t k : order) {
-        auto& v = vs[k];
-        const double t0 = now_ns();
-        v.run(bytes, pairs);
-        const double t1 = now_ns();
-        v.ns.push_back((t1 - t0) / pairs);
-        v.settle();
-      }
-    }
+    shuffled_rounds(vs.size(), rounds, [&](std::size_t k) {
+      auto& v = vs[k];
+      const double t0 = now_ns();
+      v.run(bytes, pairs);
+      const double t1 = now_ns();
+      v.ns.push_back((t1 - t0) / pairs);
+      v.settle();
+    });
     // Two estimates of each ratio: the ratio of the medians, and the median of the
     // per-round ratios (each sample against its baseline's sample of the same round,
     // taken within a few microseconds of it), which cancels the host's slower drifts

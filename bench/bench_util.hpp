@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <random>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -58,6 +60,21 @@ inline std::string machine_line() {
   s += ", ";
   s += build_type();
   return s;
+}
+
+/// Calls `sample(k)` for every k in [0, n), `rounds` times, each round in a fresh random
+/// order (fixed seed), so that each variant follows every other equally often: a variant
+/// run right after another pays for the state that one leaves the driver in. Rotating a
+/// fixed order is not enough: it keeps who follows whom.
+template <class F>
+void shuffled_rounds(std::size_t n, int rounds, F&& sample) {
+  std::mt19937 rng(42);
+  std::vector<std::size_t> order(n);
+  for (int r = 0; r < rounds; ++r) {
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::shuffle(order.begin(), order.end(), rng);
+    for (const std::size_t k : order) sample(k);
+  }
 }
 
 /// Keeps the calling thread on core `core` modulo the host's cores (best effort: Linux

@@ -118,18 +118,12 @@ std::vector<std::vector<double>> interleave(std::vector<Alloc>& vs, int rounds, 
     body(v, pairs);
     v.settle();
   }
-  std::mt19937 rng(42);
-  std::vector<std::size_t> order(vs.size());
-  for (int r = 0; r < rounds; ++r) {
-    std::iota(order.begin(), order.end(), std::size_t{0});
-    std::shuffle(order.begin(), order.end(), rng);
-    for (const std::size_t k : order) {
-      const double t0 = now_ns();
-      body(vs[k], pairs);
-      ns[k].push_back((now_ns() - t0) / pairs);
-      vs[k].settle();
-    }
-  }
+  shuffled_rounds(vs.size(), rounds, [&](std::size_t k) {
+    const double t0 = now_ns();
+    body(vs[k], pairs);
+    ns[k].push_back((now_ns() - t0) / pairs);
+    vs[k].settle();
+  });
   return ns;
 }
 
@@ -302,35 +296,29 @@ int run_bench(D& drv, const char* where, const Options& opt) {
     std::printf("\n");
     for (int threads : {1, 2, 4, 8, 16}) {
       std::vector<std::vector<double>> rates(vs.size());
-      std::mt19937 rng(7);
-      std::vector<std::size_t> order(vs.size());
-      for (int rep = 0; rep < REPS; ++rep) {
-        std::iota(order.begin(), order.end(), std::size_t{0});
-        std::shuffle(order.begin(), order.end(), rng);
-        for (const std::size_t k : order) {
-          auto& v = vs[k];
-          std::atomic<bool> go{false};
-          std::atomic<long> done{0};
-          const int per_thread = k == 0 || v.name == "AsyncCuda" ? 4000 : 40000;
-          std::vector<std::thread> ts;
-          for (int t = 0; t < threads; ++t) {
-            ts.emplace_back([&, t] {
-              pin_to_core(t + 1);
-              (void)(*dev)->make_current();
-              const StreamId sid{static_cast<std::uint32_t>(t + 1)};
-              while (!go.load()) std::this_thread::yield();
-              v.pairs(64 << 10, sid, per_thread);
-              done += per_thread;
-            });
-          }
-          const double t0 = now_ns();
-          go = true;
-          for (auto& th : ts) th.join();
-          rates[k].push_back(static_cast<double>(done.load()) / ((now_ns() - t0) * 1e-3));
-          for (int t = 0; t <= threads; ++t) (void)drv.stream_synchronize(*(*streams)->get(StreamId{static_cast<std::uint32_t>(t)}));
-          v.settle();
+      shuffled_rounds(vs.size(), REPS, [&](std::size_t k) {
+        auto& v = vs[k];
+        std::atomic<bool> go{false};
+        std::atomic<long> done{0};
+        const int per_thread = k == 0 || v.name == "AsyncCuda" ? 4000 : 40000;
+        std::vector<std::thread> ts;
+        for (int t = 0; t < threads; ++t) {
+          ts.emplace_back([&, t] {
+            pin_to_core(t + 1);
+            (void)(*dev)->make_current();
+            const StreamId sid{static_cast<std::uint32_t>(t + 1)};
+            while (!go.load()) std::this_thread::yield();
+            v.pairs(64 << 10, sid, per_thread);
+            done += per_thread;
+          });
         }
-      }
+        const double t0 = now_ns();
+        go = true;
+        for (auto& th : ts) th.join();
+        rates[k].push_back(static_cast<double>(done.load()) / ((now_ns() - t0) * 1e-3));
+        for (int t = 0; t <= threads; ++t) (void)drv.stream_synchronize(*(*streams)->get(StreamId{static_cast<std::uint32_t>(t)}));
+        v.settle();
+      });
       std::printf("| %d |", threads);
       for (auto& r : rates) std::printf(" %.2f |", summarize(r).median);
       std::printf("\n");

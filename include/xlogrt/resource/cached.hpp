@@ -227,7 +227,11 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
 
   std::size_t bytes_outstanding() const noexcept {
     const std::size_t all = up_.bytes_outstanding();
-    const std::size_t cached = cached_bytes(nullptr);
+    std::size_t cached = 0;
+    {
+      std::lock_guard lock(state_->registry_mu);
+      cached = cached_bytes_locked(nullptr);
+    }
     return all > cached ? all - cached : 0;
   }
   result<void> reap_pending() noexcept { return up_.reap_pending(); }
@@ -256,7 +260,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
         s.requested_bytes += tc->requested.load(std::memory_order_relaxed);
         s.granted_bytes += tc->granted.load(std::memory_order_relaxed);
       }
-      s.cached_bytes = cached_bytes(&s.cached_bytes_per_class);
+      s.cached_bytes = cached_bytes_locked(&s.cached_bytes_per_class);
     }
     s.depot_hits = st.depot_hits.load(std::memory_order_relaxed);
     s.cross_stream_moves = st.moves.load(std::memory_order_relaxed);
@@ -656,23 +660,20 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     return static_cast<std::size_t>(st.trimmed_bytes.load(std::memory_order_relaxed) - before);
   }
 
-  /// Bytes in every bin and depot (a moment's view), per class into `per_class` when given.
-  std::size_t cached_bytes(std::vector<std::size_t>* per_class) const noexcept {
+  /// Bytes in every bin and depot (a moment's view), per class into `per_class` when
+  /// given. The caller holds registry_mu (the list of thread caches).
+  std::size_t cached_bytes_locked(std::vector<std::size_t>* per_class) const noexcept {
     State& st = *state_;
     std::size_t sum = 0;
     auto add = [&](std::uint32_t c, std::size_t blocks) {
       sum += blocks * detail::class_bytes(c);
       if (per_class) (*per_class)[c] += blocks * detail::class_bytes(c);
     };
-    {
-      std::unique_lock lock(st.registry_mu, std::defer_lock);
-      if (per_class == nullptr) lock.lock();  // stats() holds it already
-      for (const auto& tc : st.caches) {
-        for (const auto& sb : tc->streams) {
-          const detail::CacheBin* bins = sb.load(std::memory_order_acquire);
-          if (bins == nullptr) continue;
-          for (std::uint32_t c = 0; c < st.classes; ++c) add(c, bins[c].n.load(std::memory_order_relaxed));
-        }
+    for (const auto& tc : st.caches) {
+      for (const auto& sb : tc->streams) {
+        const detail::CacheBin* bins = sb.load(std::memory_order_acquire);
+        if (bins == nullptr) continue;
+        for (std::uint32_t c = 0; c < st.classes; ++c) add(c, bins[c].n.load(std::memory_order_relaxed));
       }
     }
     const std::uint32_t n = st.depot_streams.load(std::memory_order_acquire);
