@@ -167,6 +167,26 @@ TEST_CASE("requests above the ceiling and a disabled layer go straight to the up
   }
 }
 
+TEST_CASE("create() refuses options out of range with a named error", "[cached]") {
+  SimDriver sim{SimConfig{}};
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  for (CachedOptions bad : {CachedOptions{.bin_blocks = 0}, CachedOptions{.bin_blocks = 17},
+                            CachedOptions{.bin_bytes = 0}, CachedOptions{.max_block_bytes = std::size_t{1} << 41}}) {
+    auto c = Cached<AsyncCuda<SimDriver>>::create(*AsyncCuda<SimDriver>::create(*pool), bad);
+    REQUIRE_FALSE(c);
+    CHECK(c.error().code() == errc::invalid_argument);
+    CHECK(c.error().message().find("CachedOptions") != std::string::npos);
+  }
+  auto good = Cached<AsyncCuda<SimDriver>>::create(*AsyncCuda<SimDriver>::create(*pool), CachedOptions{.bin_blocks = 4});
+  REQUIRE(good.has_value());
+  auto b = good->allocate(100, StreamId{0}, AllocTag{});
+  REQUIRE(b.has_value());
+  REQUIRE(good->deallocate(std::move(*b)).has_value());
+}
+
 TEST_CASE("tracked uses on other streams order the next owner on the alloc stream", "[cached]") {
   Rig<> rig(manual());
   auto& r = *rig.stack;

@@ -74,6 +74,7 @@
 #include <mutex>
 #include <new>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -144,9 +145,29 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
  public:
   static constexpr bool supports_block_use_tracking = true;
 
-  /// Errors: none; options out of range are clamped (bin_blocks to 1 .. 16).
+  /// Options out of range are clamped (bin_blocks to 1 .. 16, max_block_bytes to 1 TiB);
+  /// create() refuses them instead.
   explicit Cached(Upstream upstream, CachedOptions options = {})
       : up_(std::move(upstream)), state_(std::make_unique<State>(options)), ordinal_(up_.device_ordinal()) {}
+
+  /// Errors: invalid_argument for bin_blocks outside 1 .. 16, bin_bytes of 0, or a
+  /// max_block_bytes above 1 TiB; out_of_memory when host memory runs out.
+  static result<Cached> create(Upstream upstream, CachedOptions options = {}) noexcept {
+    auto bad = [](const std::string& why) { return error{errc::invalid_argument, "CachedOptions: " + why}; };
+    if (options.bin_blocks < 1 || options.bin_blocks > detail::MAX_BIN_BLOCKS) {
+      return bad("bin_blocks is " + std::to_string(options.bin_blocks) + ", not 1 to " +
+                 std::to_string(detail::MAX_BIN_BLOCKS));
+    }
+    if (options.bin_bytes == 0) return bad("bin_bytes is 0");
+    if (options.max_block_bytes > MAX_CLASS_BYTES) {
+      return bad("max_block_bytes is " + std::to_string(options.max_block_bytes) + ", above 1 TiB");
+    }
+    try {
+      return Cached(std::move(upstream), options);
+    } catch (...) {
+      return error{errc::out_of_memory, "host memory exhausted building a Cached layer"};
+    }
+  }
   Cached(Cached&&) noexcept = default;
   Cached& operator=(Cached&&) = delete;
   ~Cached() {
@@ -284,6 +305,8 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
  private:
   using stream_t = typename Upstream::driver_type::stream_t;
   using event_t = typename Upstream::driver_type::event_t;
+  /// The largest max_block_bytes honoured.
+  static constexpr std::size_t MAX_CLASS_BYTES = std::size_t{1} << 40;
 
   /// The blocks of one stream that threads gave up from their bins, by class. `fresh`:
   /// not yet marked; `marked`: marked by `event`, not yet known complete; `done`: their
@@ -305,7 +328,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
   struct State {
     explicit State(const CachedOptions& o)
         : options(o), serial(detail::next_cache_serial()), marks(o.enabled && o.nvtx_marks) {
-      const std::size_t ceiling = std::min<std::size_t>(o.max_block_bytes, std::size_t{1} << 40);
+      const std::size_t ceiling = std::min(o.max_block_bytes, MAX_CLASS_BYTES);
       classes = !o.enabled || ceiling < detail::SMALLEST_CLASS ? 0 : detail::class_of(ceiling) + 1;
       if (classes != 0 && detail::class_bytes(classes - 1) > ceiling) --classes;
       bin_cap.resize(classes);
