@@ -40,6 +40,21 @@ void print_statistics(const R& r) {
   }
 }
 
+/// Prints what the caching layer did, wherever it sits in the stack.
+template <class R>
+void print_cache(const R& r) {
+  if constexpr (requires { r.stats().cross_stream_moves; }) {
+    const CacheStats s = r.stats();
+    std::printf("  cache: %llu hits, %llu from a stream's depot, %llu moved across streams, %llu from the pool; "
+                "%zu bytes cached now%s\n",
+                static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.depot_hits),
+                static_cast<unsigned long long>(s.cross_stream_moves), static_cast<unsigned long long>(s.misses),
+                s.cached_bytes, r.options().enabled ? "" : " (XLOGRT_CACHE=0: off)");
+  } else if constexpr (requires { r.upstream(); }) {
+    print_cache(r.upstream());
+  }
+}
+
 /// Flushes the Logging layer's sink, wherever it sits in the stack.
 template <class R>
 result<void> flush_log(R& r) {
@@ -151,6 +166,7 @@ int tour(Runtime& rt, const char* driver_name, const char* snapshot_path) {
   std::printf("  bytes outstanding: peak %zu, after the run %zu (queued frees), after reap_pending %zu\n",
               peak.load(), queued, reaped ? rt.bytes_outstanding() : queued);
   print_statistics(rt.stack());
+  print_cache(rt.stack());
   auto zero = rt.allocate(0);
   std::printf("  a zero-byte request: %s\n", zero ? "accepted (bug)" : zero.error().what().c_str());
   const bool flushed = flush_log(rt.stack()).has_value();
