@@ -17,6 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include <xlogrt/driver/cuda_driver.hpp>
+#include <xlogrt/driver/sim_driver.hpp>
+
 namespace xlogrt::bench {
 
 inline double now_ns() {
@@ -60,6 +63,17 @@ inline std::string machine_line() {
   s += ", ";
   s += build_type();
   return s;
+}
+
+/// Returns `run(driver, where)` on the GPU when CudaDriver opens, else on SimDriver,
+/// saying so: those figures measure the simulator, not a GPU.
+template <class F>
+int on_gpu_or_sim(F&& run) {
+  if (auto cuda = CudaDriver::open()) return run(**cuda, "the GPU (CudaDriver)");
+  else std::printf("no GPU here (%s): measuring SimDriver, figures are the simulator's\n", cuda.error().what().c_str());
+  auto sim = SimDriver::open();
+  if (!sim) return std::printf("SimDriver: %s\n", sim.error().what().c_str()), 1;
+  return run(**sim, "SimDriver");
 }
 
 /// Calls `sample(k)` for every k in [0, n), `rounds` times, each round in a fresh random

@@ -354,9 +354,5 @@ int main(int argc, char** argv) {
       opt.pairs = std::max(1, std::atoi(argv[i]));
     }
   }
-  if (auto cuda = CudaDriver::open()) return run_bench(**cuda, "the GPU (CudaDriver)", opt);
-  else std::printf("no GPU here (%s): measuring SimDriver, figures are the simulator's\n", cuda.error().what().c_str());
-  auto sim = SimDriver::open();
-  if (!sim) return std::printf("SimDriver: %s\n", sim.error().what().c_str()), 1;
-  return run_bench(**sim, "SimDriver", opt);
+  return on_gpu_or_sim([&](auto& drv, const char* where) { return run_bench(drv, where, opt); });
 }

@@ -94,9 +94,12 @@ class alignas(64) StreamPool {
 
   /// Adopts a caller's stream (not destroyed by the pool) and returns its id; a stream
   /// already in the pool (one of its own, or adopted before) returns its existing id.
-  /// The caller makes the device's context current. Errors: invalid_argument when
-  /// full; the driver's error for a handle it does not know (a destroyed stream).
+  /// Makes the device's context current first: the driver's stream id needs it, and a
+  /// caller's thread may have none (torch's autograd threads have none). Errors:
+  /// invalid_argument when full; the driver's error for a handle it does not know (a
+  /// destroyed stream).
   result<StreamId> adopt(stream_t s) noexcept {
+    if (auto r = device_->make_current(); !r) return std::move(r).error();
     auto key = driver_->stream_get_id(s);
     if (!key) return std::move(key).error();
     if (auto known = find(*key)) return *known;

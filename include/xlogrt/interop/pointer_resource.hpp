@@ -137,12 +137,7 @@ class PointerResource {
   }
 
   /// The StreamId of a driver stream, adopting it on first sight.
-  /// The calling thread may have no current context (torch's autograd threads have none):
-  /// the adoption's cuStreamGetId needs the device's.
-  result<StreamId> stream_id(stream_t stream) noexcept {
-    if (auto r = rt_->device()->make_current(); !r) return std::move(r).error();
-    return rt_->streams()->adopt(stream);
-  }
+  result<StreamId> stream_id(stream_t stream) noexcept { return rt_->streams()->adopt(stream); }
 
   /// The block of a live pointer, or null.
   const DeviceBlock* find(const void* ptr) noexcept {

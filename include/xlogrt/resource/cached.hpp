@@ -540,8 +540,9 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     {
       std::lock_guard lock(d->mu);
       // One for the caller, and up to half a bin for the next calls, as far as it has room.
-      const std::uint32_t held = bins != nullptr ? bins[c].n.load(std::memory_order_relaxed) : st.bin_cap[c];
-      std::uint32_t want = 1 + std::min(st.bin_cap[c] / 2, st.bin_cap[c] - std::min(held, st.bin_cap[c]));
+      const std::uint32_t cap = st.bin_cap[c];
+      const std::uint32_t room = bins != nullptr ? cap - std::min(bins[c].n.load(std::memory_order_relaxed), cap) : 0;
+      std::uint32_t want = 1 + std::min(cap / 2, room);
       // Any list will do: every block here was freed on this stream.
       for (auto* list : {&d->done[c], &d->marked[c], &d->fresh[c]}) {
         while (want != 0 && !list->empty()) {
