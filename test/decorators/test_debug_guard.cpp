@@ -404,3 +404,8 @@ TEST_CASE("bug 9: a forged block whose owner differs in bits 16-31 is not the li
   CHECK(g.bytes_outstanding() == 0);
   rig.no_hazards();
 }
+
+// A recycled block would skip the poison and the guard check: DebugGuard refuses to be
+// recycled through, so a caching layer cannot be stacked above it.
+static_assert(TrackingResource<DebugGuard<AsyncCuda<SimDriver>>>);
+static_assert(!RecyclingResource<DebugGuard<AsyncCuda<SimDriver>>>);

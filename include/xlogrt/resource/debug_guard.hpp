@@ -24,6 +24,7 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/adaptor.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
 
 namespace xlogrt {
@@ -109,15 +110,14 @@ struct DebugGuardOptions {
 /// Thread-safe. Live blocks are kept in 16 shards, each under its own mutex, picked by
 /// BlockId. Construction and moves happen-before use.
 template <GuardableResource Upstream>
-class DebugGuard : public detail::DriverTypeOf<Upstream> {
+class DebugGuard : public Adaptor<Upstream> {
  public:
-  static constexpr bool supports_block_use_tracking = Upstream::supports_block_use_tracking;
-  static constexpr bool frees_synchronously = SynchronousFree<Upstream>;
+  using Adaptor<Upstream>::upstream;
 
   /// Options out of range are clamped (guard_bytes to MAX_GUARD_BYTES, then up to a
   /// multiple of 8); create() refuses them instead.
-  explicit DebugGuard(Upstream upstream, DebugGuardOptions options = {})
-      : up_(std::move(upstream)), opt_(clamped(options)), table_(std::make_unique<Table>()) {}
+  explicit DebugGuard(Upstream up, DebugGuardOptions options = {})
+      : Adaptor<Upstream>(std::move(up)), opt_(clamped(options)), table_(std::make_unique<Table>()) {}
 
   /// Errors: invalid_argument for guard_bytes above MAX_GUARD_BYTES or not a multiple of
   /// 8; out_of_memory when host memory runs out.
@@ -135,16 +135,16 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
   /// freed later when that fails too: see the class comment).
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
     free_unfreed();
-    if (bytes == 0) return up_.allocate(bytes, stream, tag);  // the upstream names it
+    if (bytes == 0) return upstream().allocate(bytes, stream, tag);  // the upstream names it
     const std::size_t g = opt_.guard_bytes;  // <= MAX_GUARD_BYTES: 2 * g cannot wrap
     if (bytes > std::numeric_limits<std::size_t>::max() - 2 * g) {
       return error{errc::too_large, "a request of " + std::to_string(bytes) + " bytes plus 2 guards of " +
                                         std::to_string(g) + " bytes overflows the size type"};
     }
-    auto u = up_.allocate(bytes + 2 * g, stream, tag);
+    auto u = upstream().allocate(bytes + 2 * g, stream, tag);
     if (!u) return u;
     auto undo = [&](error e) -> result<DeviceBlock> {
-      auto f = up_.deallocate(std::move(*u));
+      auto f = upstream().deallocate(std::move(*u));
       if (f || u->empty()) return e;
       const bool kept = keep_unfreed(std::move(*u));
       return error{e.code(),
@@ -156,7 +156,7 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
     if (g != 0) {
       auto h = handle(stream);
       if (!h) return undo(std::move(h).error());
-      auto& d = up_.driver();
+      auto& d = upstream().driver();
       if (auto r = d.memset_d8_async(u->ptr(), opt_.pattern, g, *h); !r) return undo(std::move(r).error());
       if (auto r = d.memset_d8_async(u->ptr() + g + bytes, opt_.pattern, g, *h); !r) {
         return undo(std::move(r).error());
@@ -173,11 +173,11 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
 
   result<void> deallocate(DeviceBlock&& b) noexcept {
     free_unfreed();
-    if (b.empty()) return up_.deallocate(std::move(b));
+    if (b.empty()) return upstream().deallocate(std::move(b));
     bool guarded = true;
     switch (table_->take(b, guarded)) {
       case Table::Found::taken: break;
-      case Table::Found::absent: return up_.deallocate(std::move(b));
+      case Table::Found::absent: return upstream().deallocate(std::move(b));
       case Table::Found::busy:
         return error{errc::double_free, "block " + b.id().to_string() + " is being freed by another call"};
       case Table::Found::mismatch:
@@ -198,7 +198,7 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
     if constexpr (TrackingResource<Upstream>) {
       // The guards are read and the block poisoned on the alloc stream: only after every
       // tracked use on another stream (the free itself will wait for the same uses).
-      if (auto r = up_.prepare_block_use(b.id(), b.alloc_stream(), Access::ReadWrite); !r) {
+      if (auto r = upstream().prepare_block_use(b.id(), b.alloc_stream(), Access::ReadWrite); !r) {
         table_->give_back(b, guarded);
         return r;
       }
@@ -209,20 +209,20 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
       return std::move(verdict).error();
     }
     DeviceBlock u{b.ptr() - g, b.bytes() + 2 * g, b.alloc_stream(), b.device_ordinal(), b.tag(), b.id()};
-    if (auto r = up_.driver().memset_d8_async(u.ptr(), opt_.poison, u.bytes(), *h); !r) {
+    if (auto r = upstream().driver().memset_d8_async(u.ptr(), opt_.poison, u.bytes(), *h); !r) {
       table_->give_back(b, guarded);  // not queued: the block is as it was
       return r;
     }
-    if (auto r = up_.deallocate(std::move(u)); !r) {
+    if (auto r = upstream().deallocate(std::move(u)); !r) {
       if (!u.empty()) return refused(b, *h, std::move(r).error());
       table_->erase(b);
-      overhead_->freed(2 * g, frees_synchronously);
+      overhead_->freed(2 * g, SynchronousFree<Upstream>);
       DeviceBlock gone = std::move(b);
       if (!verdict->empty()) return error{errc::guard_corrupted, std::move(*verdict) + "; then " + r.error().what()};
       return r;
     }
     table_->erase(b);
-    overhead_->freed(2 * g, frees_synchronously);
+    overhead_->freed(2 * g, SynchronousFree<Upstream>);
     DeviceBlock gone = std::move(b);
     if (!verdict->empty()) return error{errc::guard_corrupted, std::move(*verdict)};
     return ok();
@@ -230,7 +230,7 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
 
   std::size_t bytes_outstanding() const noexcept {
     const std::size_t extra = overhead_->held.load(std::memory_order_acquire);
-    const std::size_t all = up_.bytes_outstanding();
+    const std::size_t all = upstream().bytes_outstanding();
     return all > extra ? all - extra : 0;
   }
   /// Frees again the upstream blocks a failed allocate kept, releases the host buffers of
@@ -240,7 +240,7 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
     free_unfreed();
     release_parked(std::nullopt);
     const std::size_t taken = overhead_->pending.exchange(0, std::memory_order_acquire);
-    auto r = up_.reap_pending();
+    auto r = upstream().reap_pending();
     if (!r) {
       if (taken != 0) overhead_->pending.fetch_add(taken, std::memory_order_relaxed);
       return r;
@@ -248,7 +248,6 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
     overhead_->held.fetch_sub(taken, std::memory_order_release);
     return ok();
   }
-  std::uint32_t device_ordinal() const noexcept { return up_.device_ordinal(); }
 
   const DebugGuardOptions& options() const noexcept { return opt_; }
   /// Blocks handed out and not yet freed.
@@ -258,33 +257,19 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
   /// Host buffers of failed checks kept until their stream synchronises.
   std::size_t parked_buffers() const noexcept { return spill_->parked_count.load(std::memory_order_acquire); }
 
-  // ---- forwarded ------------------------------------------------------------------
+  // ---- tracking: a user's block is the inner part of the upstream's ----
 
   result<void> record_block_use(const DeviceBlock& b, StreamId use) noexcept
     requires TrackingResource<Upstream>
   {
-    if (b.empty()) return up_.record_block_use(b, use);
+    if (b.empty()) return upstream().record_block_use(b, use);
     const std::size_t g = opt_.guard_bytes;
     const DeviceBlock u{b.ptr() - g, b.bytes() + 2 * g, b.alloc_stream(), b.device_ordinal(), b.tag(), b.id()};
-    return up_.record_block_use(u, use);
+    return upstream().record_block_use(u, use);
   }
-  result<void> prepare_block_use(BlockId id, StreamId use, Access a) noexcept
-    requires TrackingResource<Upstream>
-  {
-    return up_.prepare_block_use(id, use, a);
-  }
-  result<void> finish_block_use(BlockId id, StreamId use, Access a) noexcept
-    requires TrackingResource<Upstream>
-  {
-    return up_.finish_block_use(id, use, a);
-  }
-
-  decltype(auto) driver() noexcept { return up_.driver(); }
-  auto stream_handle(StreamId s) noexcept { return up_.stream_handle(s); }
-  result<void> make_current() noexcept { return up_.make_current(); }
-
-  Upstream& upstream() noexcept { return up_; }
-  const Upstream& upstream() const noexcept { return up_; }
+  /// A recycled block would skip the poison and the guard check: a caching layer goes
+  /// below DebugGuard, never above it.
+  result<DeviceBlock> recycle_block(DeviceBlock&, StreamId) noexcept = delete;
 
  private:
   /// Live blocks by id, with what was handed out, to refuse a forged block.
@@ -389,8 +374,8 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
   }
 
   result<typename Upstream::driver_type::stream_t> handle(StreamId s) noexcept {
-    if (auto r = up_.make_current(); !r) return std::move(r).error();
-    return up_.stream_handle(s);
+    if (auto r = upstream().make_current(); !r) return std::move(r).error();
+    return upstream().stream_handle(s);
   }
 
   static std::string hex(std::uint64_t v) {
@@ -404,7 +389,7 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
   /// poison before the block's later uses, and gives the entry back.
   result<void> refused(const DeviceBlock& b, typename Upstream::driver_type::stream_t h, error why) noexcept {
     const std::size_t g = opt_.guard_bytes;
-    auto& d = up_.driver();
+    auto& d = upstream().driver();
     std::string trouble;
     bool guarded = true;
     if (g != 0) {
@@ -417,7 +402,7 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
       }
     }
     if constexpr (TrackingResource<Upstream>) {
-      if (auto r = up_.finish_block_use(b.id(), b.alloc_stream(), Access::Write); !r) {
+      if (auto r = upstream().finish_block_use(b.id(), b.alloc_stream(), Access::Write); !r) {
         trouble += "; recording the poison as a write on stream " + std::to_string(b.alloc_stream().value) +
                    " failed (" + r.error().what() + ")";
       }
@@ -439,7 +424,7 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
     if (g == 0) return std::string{};
     std::unique_ptr<std::uint8_t[]> host(new (std::nothrow) std::uint8_t[2 * g]);
     if (!host) return error{errc::out_of_memory, "host memory exhausted copying guard bytes back"};
-    auto& d = up_.driver();
+    auto& d = upstream().driver();
     // A failed call queued nothing; once a copy is queued, the buffer outlives it.
     if (auto r = d.memcpy_dtoh_async(host.get(), b.ptr() - g, g, h); !r) return std::move(r).error();
     if (auto r = d.memcpy_dtoh_async(host.get() + g, b.ptr() + b.bytes(), g, h); !r) {
@@ -497,7 +482,7 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
         free_it = std::find(done.begin(), done.end(), s) != done.end();
         if (!free_it) {
           auto h = handle(s);
-          free_it = h && up_.driver().stream_synchronize(*h);
+          free_it = h && upstream().driver().stream_synchronize(*h);
           if (free_it) {
             try {
               done.push_back(s);
@@ -535,7 +520,7 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
     if (sp.unfreed_count.load(std::memory_order_acquire) == 0) [[likely]] return;
     std::lock_guard lock(sp.mu);
     for (std::size_t i = 0; i < sp.unfreed.size();) {
-      (void)up_.deallocate(std::move(sp.unfreed[i]));
+      (void)upstream().deallocate(std::move(sp.unfreed[i]));
       if (sp.unfreed[i].empty()) {
         sp.unfreed[i] = std::move(sp.unfreed.back());
         sp.unfreed.pop_back();
@@ -578,7 +563,6 @@ class DebugGuard : public detail::DriverTypeOf<Upstream> {
     }
   };
 
-  [[no_unique_address]] Upstream up_;
   DebugGuardOptions opt_;
   std::unique_ptr<Table> table_;
   std::unique_ptr<Overhead> overhead_ = std::make_unique<Overhead>();

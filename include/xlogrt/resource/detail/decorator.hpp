@@ -10,7 +10,6 @@
 #include "xlogrt/core/block.hpp"
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
-#include "xlogrt/resource/adaptor.hpp"
 #include "xlogrt/resource/concepts.hpp"
 
 namespace xlogrt {
