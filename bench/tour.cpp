@@ -9,6 +9,7 @@
 //
 // usage: tour [SNAPSHOT.csv]   (the log is XLOGRT_LOG_FILE's, when set)
 
+#include <xlogrt/driver/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 #include <algorithm>

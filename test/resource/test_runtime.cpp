@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include <xlogrt/driver/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 using namespace xlogrt;
