@@ -35,7 +35,6 @@ case $mode in
   *) echo "usage: soak.sh [all|soak|check|sanitizers|start|wait [S]] [PROGRAM]" >&2; exit 2 ;;
 esac
 logs=${SOAK_LOG_DIR:-soak-logs}
-mkdir -p "$logs" || exit 1
 seconds=${SOAK_SECONDS:-600}
 short=${SHORT_SECONDS:-30}
 check_seconds=${CHECK_SECONDS:-15}
@@ -43,7 +42,6 @@ soak_args="--seconds $seconds --threads 16 --streams 8 --sample-seconds 10"
 failed=0
 
 note() { echo "soak.sh: $*"; echo "soak.sh: $*" >>"$logs/summary.txt"; }
-echo "--- soak.sh $* ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))" >>"$logs/summary.txt"
 
 if [ "$mode" = wait ]; then
   [ -f "$logs/soak.pid" ] || { echo "soak.sh: no background soak (no $logs/soak.pid)"; exit 1; }
@@ -63,6 +61,8 @@ fi
 rc=$?
 [ $rc -eq 77 ] && { echo "soak.sh: SKIP: no GPU to run the kernels on"; exit 77; }
 [ $rc -ne 0 ] && { echo "soak.sh: FAIL: $prog --probe exited $rc"; exit 1; }
+mkdir -p "$logs" || exit 1
+echo "--- soak.sh $* ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))" >>"$logs/summary.txt"
 
 if [ "$mode" = start ]; then
   rm -f "$logs/soak.rc"
