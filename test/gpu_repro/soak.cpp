@@ -14,10 +14,11 @@
 //   3. rewrites about one block in four on Q (Write: Q waits for C's read) and checks it
 //      again on C (Read: C waits for Q's write);
 //   4. copies the results to pinned host memory on C;
-//   5. frees about half of its blocks at once (their frees wait for C's reads), hands
-//      about a third to another thread (a queue per thread; the other thread frees them
-//      at the start of its next round), frees the result block, and arms a reactor wait
-//      on C (Reactor::when_done_future: no stream synchronisation);
+//   5. frees about a third of its blocks at once (their frees wait for C's reads), hands
+//      another third to other threads (a queue per thread; the other thread frees them
+//      at the start of its next round, or the main thread at the end), keeps the rest,
+//      frees the result block, and arms a reactor wait on C (Reactor::when_done_future:
+//      no stream synchronisation);
 //   6. once the wait completes, checks every result: the sum against its closed form,
 //      and no mismatching word or byte; then frees the blocks it kept.
 // A block freed while its reads are still running is the cross-stream use-after-free
