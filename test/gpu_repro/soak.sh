@@ -23,7 +23,10 @@
 #   wait [S]    waits up to S seconds (default 600) for the background soak; prints its
 #               log's last lines; exits with its status, or 124 while it still runs
 # PROGRAM defaults to build/test/gpu_repro/gpu_soak. Logs go to $SOAK_LOG_DIR (./soak-logs).
-# compute-sanitizer is $COMPUTE_SANITIZER, else found on PATH or in /usr/local/cuda/bin.
+# compute-sanitizer is $COMPUTE_SANITIZER, else found on PATH or in /usr/local/cuda/bin;
+# each run under it is killed after $SHORT_SECONDS + $SANITIZER_GRACE (240) s. The soak
+# and the check see the caller's environment: XLOGRT_CACHE=0 soak.sh soak soaks the stack
+# without its caching layer.
 #
 # Exit status: 0 when every run passed, 77 when there is no GPU to run on (gpu_soak
 # --probe), 1 otherwise.
@@ -105,11 +108,13 @@ sanitizer=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local
 run_sanitized() {
   name=$1 counts=$2 cache=$3
   shift 3
-  # The growth bounds are waived: the tools' own host and device memory grows.
-  XLOGRT_CACHE=$cache "$sanitizer" "$@" --error-exitcode 9 "$prog" --seconds "$short" --threads 4 --streams 8 \
-    --sample-seconds 10 --wait-timeout 600 --max-rss-growth-mib 1000000 --max-device-growth-mib 1000000 \
-    >"$logs/$name.log" 2>&1
+  # The growth bounds are waived: the tools' own host and device memory grows. A run
+  # that hangs (a wait the tool keeps from completing) ends by the watchdog.
+  XLOGRT_CACHE=$cache timeout "$((short + ${SANITIZER_GRACE:-240}))" "$sanitizer" "$@" --error-exitcode 9 "$prog" \
+    --seconds "$short" --threads 4 --streams 8 --sample-seconds 10 --wait-timeout 120 \
+    --max-rss-growth-mib 1000000 --max-device-growth-mib 1000000 >"$logs/$name.log" 2>&1
   rc=$?
+  [ $rc -eq 124 ] && echo "soak.sh: $name: killed by the watchdog after $((short + ${SANITIZER_GRACE:-240})) s" >>"$logs/$name.log"
   summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$logs/$name.log" | tr '\n' ' ')
   if [ $rc -eq 0 ]; then
     note "$name (XLOGRT_CACHE=$cache): PASS $summary"
