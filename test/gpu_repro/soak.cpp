@@ -220,6 +220,7 @@ struct Sample {
   std::size_t rss = 0;
   std::size_t device_used = 0;
   std::size_t cached = 0;
+  std::uint64_t misses = 0;  // the caching layer's allocations from the pool, cumulative
   std::size_t outstanding = 0;
 };
 
@@ -682,7 +683,9 @@ int main(int argc, char** argv) {
     s.totals = soak.totals();
     s.rss = resident_bytes();
     if (auto m = rt.driver().mem_get_info()) s.device_used = m->total - m->free;
-    s.cached = cache.stats().cached_bytes;
+    const CacheStats cs = cache.stats();
+    s.cached = cs.cached_bytes;
+    s.misses = cs.misses;
     s.outstanding = rt.bytes_outstanding();
     return s;
   };
@@ -690,9 +693,10 @@ int main(int argc, char** argv) {
     const double dt = prev != nullptr ? s.elapsed - prev->elapsed : s.elapsed;
     const std::uint64_t da = s.totals.allocations - (prev != nullptr ? prev->totals.allocations : 0);
     std::printf("%s t=%7.1f s  rounds %10" PRIu64 "  allocs/s %9.0f  wrong %" PRIu64 "  rss %8.1f MiB  device used "
-                "%9.1f MiB  cached %8.1f MiB  outstanding %8.1f MiB\n",
+                "%9.1f MiB  cached %8.1f MiB (%" PRIu64 " new from the pool)  outstanding %8.1f MiB\n",
                 label, s.elapsed, s.totals.rounds, dt > 0 ? static_cast<double>(da) / dt : 0.0, s.totals.wrong,
-                mib(s.rss), mib(s.device_used), mib(s.cached), mib(s.outstanding));
+                mib(s.rss), mib(s.device_used), mib(s.cached), s.misses - (prev != nullptr ? prev->misses : 0),
+                mib(s.outstanding));
   };
 
   Soak soak(rt, **reactor, o);
