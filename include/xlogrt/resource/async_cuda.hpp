@@ -116,7 +116,7 @@ class AsyncCuda {
     } else {
       return std::move(r).error();
     }
-    const BlockId id = state_->table.try_insert(ptr, bytes, [stream](Track& t) noexcept { t.start(stream); });
+    const BlockId id = state_->table.try_insert(ptr, bytes, tag, [stream](Track& t) noexcept { t.start(stream); });
     if (!id.valid()) [[unlikely]] return insert_general(ptr, bytes, stream, s, tag);
     return DeviceBlock{ptr, bytes, stream, ordinal_, tag, id};
   }
@@ -157,7 +157,9 @@ class AsyncCuda {
   ///   one). @pre every work on the block is known complete on the GPU (the caller saw an
   ///   event recorded on the alloc stream after the renewal complete); no driver call.
   ///   Errors: invalid_argument when the block has uses on other streams.
-  /// On error `b` stays with the caller, untouched and live.
+  /// `b`'s tag is not compared with the allocation's (its pointer, size and stream are):
+  /// a caching layer hands cached blocks out under their new owners' tags, and the new
+  /// block carries `b`'s. On error `b` stays with the caller, untouched and live.
   result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to) noexcept {
     if (!detail::valid_block(b, ordinal_) || !streams_->contains(b.alloc_stream()) ||
         !streams_->contains(to)) [[unlikely]] {
@@ -241,6 +243,9 @@ class AsyncCuda {
 
   /// Call AFTER enqueuing work on `use` that touches block `id` with `access`.
   result<void> finish_block_use(BlockId id, StreamId use, Access access) noexcept {
+    // The stream first: a block that is not quiet marks itself with a value no stream of
+    // the pool has, which an unchecked StreamId could hold.
+    if (!streams_->contains(use)) [[unlikely]] return streams_->unknown(use);
     if (quiet_on(id, use)) return ok();
     return finish(id, use, access, nullptr);
   }
@@ -251,6 +256,13 @@ class AsyncCuda {
   result<stream_t> stream_handle(StreamId s) const noexcept { return streams_->get(s); }
   result<void> make_current() const noexcept { return streams_->device()->make_current(); }
   const std::shared_ptr<StreamPool<D>>& streams() const noexcept { return streams_; }
+
+  /// For tests: gives the live block `id` generation `generation` in its block table slot
+  /// (see BlockTable::set_generation_for_testing) and returns its new id; `id` is stale
+  /// afterwards.
+  BlockId set_generation_for_testing(BlockId id, std::uint32_t generation) noexcept {
+    return state_->table.set_generation_for_testing(id, generation);
+  }
 
   /// Live blocks (diagnostics and tests).
   std::size_t live_blocks() const {
@@ -399,7 +411,7 @@ class AsyncCuda {
   /// allocate's rest, once the driver has handed out `ptr`: a new slot of the block table.
   [[gnu::noinline]] result<DeviceBlock> insert_general(std::uint64_t ptr, std::size_t bytes, StreamId stream,
                                                        stream_t s, AllocTag tag) noexcept {
-    auto id = state_->table.insert(ptr, bytes, [stream](Track& t) noexcept { t.start(stream); });
+    auto id = state_->table.insert(ptr, bytes, tag, [stream](Track& t) noexcept { t.start(stream); });
     if (!id) [[unlikely]] {
       (void)driver().mem_free_async(ptr, s);
       return std::move(id).error();
@@ -431,19 +443,9 @@ class AsyncCuda {
     if (!s) return std::move(s).error();
     if (!streams_->contains(to)) return streams_->unknown(to);
     const stream_t a = *s;
+    if (b.id().generation == BlockTable<Track>::LAST_GENERATION) [[unlikely]] return recycle_moving(b, to, a);
     auto id = state_->table.renew(b.id(), &b, [&](Track& t) -> result<void> {
-      if (t.alloc_stream != b.alloc_stream()) {
-        return error{errc::foreign_block, "block " + b.id().to_string() + " names stream " +
-                                              std::to_string(b.alloc_stream().value) + ", not its alloc stream " +
-                                              std::to_string(t.alloc_stream.value)};
-      }
-      if (to != b.alloc_stream() && !t.alone()) {
-        return error{errc::invalid_argument, "block " + b.id().to_string() +
-                                                 " has uses on other streams: it can move to stream " +
-                                                 std::to_string(to.value) + " only once renewed on its own"};
-      }
-      if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
-      t.release_events(state_->events);
+      if (auto r = end_life(t, b, to, a); !r) return r;
       t.start(to);
       return ok();
     });
@@ -451,6 +453,41 @@ class AsyncCuda {
     DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), *id};
     DeviceBlock gone = std::move(b);
     return next;
+  }
+
+  /// recycle_block of a block in its slot's last generation, which the slot cannot renew:
+  /// the same, into a new slot. The new slot is taken first, so that a failure leaves `b`
+  /// as it was.
+  [[gnu::cold, gnu::noinline]] result<DeviceBlock> recycle_moving(DeviceBlock& b, StreamId to, stream_t a) noexcept {
+    auto fresh = state_->table.insert(b.ptr(), b.bytes(), b.tag(), [to](Track& t) noexcept { t.start(to); });
+    if (!fresh) return std::move(fresh).error();
+    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) { return end_life(t, b, to, a); }, false);
+    if (!r) {
+      (void)state_->table.erase_if(*fresh, nullptr, [](Track&) { return ok(); });
+      return std::move(r).error();
+    }
+    DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), *fresh};
+    DeviceBlock gone = std::move(b);
+    return next;
+  }
+
+  /// What a recycle does to the old life of `b` (under its lock): checks that it may move
+  /// to `to`, makes the alloc stream `a` wait for the uses on other streams, and lets go of
+  /// its events.
+  result<void> end_life(Track& t, const DeviceBlock& b, StreamId to, stream_t a) noexcept {
+    if (t.alloc_stream != b.alloc_stream()) {
+      return error{errc::foreign_block, "block " + b.id().to_string() + " names stream " +
+                                            std::to_string(b.alloc_stream().value) + ", not its alloc stream " +
+                                            std::to_string(t.alloc_stream.value)};
+    }
+    if (to != b.alloc_stream() && !t.alone()) {
+      return error{errc::invalid_argument, "block " + b.id().to_string() +
+                                               " has uses on other streams: it can move to stream " +
+                                               std::to_string(to.value) + " only once renewed on its own"};
+    }
+    if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
+    t.release_events(state_->events);
+    return ok();
   }
 
   /// Both frees' last step, under the block's lock once every use on another stream is
