@@ -379,3 +379,38 @@ TEST_CASE("generation wrap: AsyncCuda retires a slot in its last generation and 
   CHECK(r.bytes_outstanding() == 0);
   CHECK(r.live_blocks() == 0);
 }
+
+TEST_CASE("weak spot: a finish_block_use whose event cannot be recorded keeps the use, so the free still waits",
+          "[tracking][hazards]") {
+  for (Access a : {Access::Write, Access::Read}) {
+    INFO("access " << static_cast<int>(a));
+    Program p(15);
+    auto made = AsyncCuda<SimDriver>::create(p.streams);
+    REQUIRE(made.has_value());
+    auto& r = *made;
+    auto s1 = p.streams->get(StreamId{1});
+    auto s0 = p.streams->get(StreamId{0});
+    auto b = r.allocate(4096, StreamId{0}, AllocTag{});
+    REQUIRE(b.has_value());
+    REQUIRE(r.prepare_block_use(b->id(), StreamId{1}, a).has_value());
+    REQUIRE(p.kernel(*s1, *b, a).has_value());
+    REQUIRE(p.sim.fail_nth("cuEventRecord", 1, status::unknown).has_value());
+    auto f = r.finish_block_use(b->id(), StreamId{1}, a);
+    REQUIRE_FALSE(f);
+    CHECK(f.error().code() == errc::driver_error);
+    CHECK_THAT(f.error().message(), Catch::Contains("recorded all the same"));
+    // Nothing more to do: the free waits for the use on stream 1, and the memory reused on
+    // stream 0 is not touched before that use is done.
+    REQUIRE(r.deallocate(std::move(*b)).has_value());
+    auto next = r.allocate(4096, StreamId{0}, AllocTag{});
+    REQUIRE(next.has_value());
+    REQUIRE(p.kernel(*s0, *next, Access::Write).has_value());
+    REQUIRE(r.deallocate(std::move(*next)).has_value());
+    p.sim.run_until_idle();
+    const auto hz = p.sim.hazards();
+    for (const auto& h : hz) UNSCOPED_INFO(to_string(h));
+    CHECK(hz.empty());
+    REQUIRE(r.reap_pending().has_value());
+    CHECK(r.bytes_outstanding() == 0);
+  }
+}

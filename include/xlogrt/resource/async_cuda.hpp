@@ -242,6 +242,16 @@ class AsyncCuda {
   }
 
   /// Call AFTER enqueuing work on `use` that touches block `id` with `access`.
+  ///
+  /// Failure. When the use's event cannot be recorded (a driver error recording it, or no
+  /// event to be had), the use is recorded all the same, as one whose event is recorded
+  /// when the free or a use on another stream must wait for it: the block stays safe to
+  /// free and to use, the error reports the failing driver, and the caller need do
+  /// nothing (calling finish again is harmless). Only host memory running out, for a
+  /// block's first read on `use`, leaves the use unrecorded (out_of_memory says so): the
+  /// caller must then order the free after that stream itself (synchronise it). Errors:
+  /// unknown_stream, stale_block, foreign_block (nothing recorded); a driver error, as
+  /// above; out_of_memory, as above.
   result<void> finish_block_use(BlockId id, StreamId use, Access access) noexcept {
     // The stream first: a block that is not quiet marks itself with a value no stream of
     // the pool has, which an unchecked StreamId could hold.
@@ -566,34 +576,43 @@ class AsyncCuda {
       if (writes(access)) {
         const bool same = t.write.stream == use;
         Use next = same ? t.write : Use{.stream = use};
-        if (auto n = note_use(t, next); !n) {
-          if (!same) t.keep(next, state_->events);
-          return n;
-        }
+        result<void> n = note_use(t, next);  // on failure `next` is lazy: kept all the same
         if (!same) t.keep(t.write, state_->events);
         for (const Use& rd : t.reads) t.keep(rd, state_->events);
         t.reads.clear();
         t.write = next;
         t.waited = 0;
-        return ok();
+        return kept_lazily(std::move(n), use);
       }
       for (Use& rd : t.reads) {
-        if (rd.stream == use) return note_use(t, rd);
+        if (rd.stream == use) return kept_lazily(note_use(t, rd), use);
       }
       Use fresh{.stream = use};
-      if (auto n = note_use(t, fresh); !n) {
-        t.keep(fresh, state_->events);
-        return n;
-      }
+      result<void> n = note_use(t, fresh);
       try {
         t.spilled = true;
         t.reads.push_back(fresh);
       } catch (...) {
         t.keep(fresh, state_->events);
-        return error{errc::out_of_memory, "host memory exhausted recording a block use"};
+        return error{errc::out_of_memory, "host memory exhausted recording a use of block " + id.to_string() +
+                                              " on stream " + std::to_string(use.value) +
+                                              ": the use is not recorded; synchronise that stream before the "
+                                              "block's free or its next use on another stream"};
       }
-      return ok();
+      return kept_lazily(std::move(n), use);
     });
+  }
+
+  /// finish's result when its event could not be recorded (a driver error): the use is
+  /// kept as a lazy one, whose event is recorded on its stream when the free or another
+  /// stream must wait for it (later in that stream than the use, so it orders after it).
+  static result<void> kept_lazily(result<void> n, StreamId use) noexcept {
+    if (n) return n;
+    const error& e = n.error();
+    return error{e.code(),
+                 e.message() + "; the use is recorded all the same: its event is recorded on stream " +
+                     std::to_string(use.value) + " when the free or another stream must wait for it",
+                 e.driver_status()};
   }
 
   std::shared_ptr<StreamPool<D>> streams_;
