@@ -92,9 +92,33 @@ class DeviceRuntime {
   static constexpr std::size_t DEFAULT_STREAMS = 8;
   static constexpr bool supports_block_use_tracking = Stack::supports_block_use_tracking;
 
-  /// An owned runtime around `stack`, which must allocate from `streams`' device.
+  /// An owned runtime around `stack`, which must allocate from `streams`' device and
+  /// streams (create() checks it).
   DeviceRuntime(std::shared_ptr<StreamPool<D>> streams, Stack stack) noexcept
       : streams_(std::move(streams)), stack_(std::move(stack)) {}
+
+  /// The constructor, checked: `stack` must run on `streams`' driver, device and streams
+  /// (a runtime's StreamIds name its pool's streams, and the stack resolves them in its
+  /// own). Errors: invalid_argument for a null pool; foreign_block when the stack's
+  /// driver, device ordinal or streams are not the pool's.
+  static result<DeviceRuntime> create(std::shared_ptr<StreamPool<D>> streams, Stack stack) noexcept {
+    if (!streams) return error{errc::invalid_argument, "DeviceRuntime::create: no stream pool"};
+    const auto mismatch = [&](const std::string& what) {
+      return error{errc::foreign_block, "DeviceRuntime::create: the stack " + what + " (the pool is ordinal " +
+                                            std::to_string(streams->device()->ordinal()) + "'s)"};
+    };
+    if (&stack.driver() != &streams->driver()) return mismatch("runs on another driver instance");
+    if (stack.device_ordinal() != streams->device()->ordinal()) {
+      return mismatch("allocates on ordinal " + std::to_string(stack.device_ordinal()));
+    }
+    for (std::uint32_t i = 0; i < streams->size(); ++i) {
+      auto mine = stack.stream_handle(StreamId{i});
+      if (!mine || !(*mine == streams->at(StreamId{i}))) {
+        return mismatch("names another stream pool (its stream " + std::to_string(i) + " is not the pool's)");
+      }
+    }
+    return DeviceRuntime(std::move(streams), std::move(stack));
+  }
 
   /// The process-wide runtime of `ordinal` for this Stack type.
   /// Errors: invalid_ordinal (ordinal >= MAX_DEVICE_ORDINALS, or beyond the driver's
