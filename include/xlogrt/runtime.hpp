@@ -93,7 +93,7 @@ struct StackBuilder {
 /// the table is an inline variable template, which the toolchain emits
 /// as one (vague-linkage, STB_GNU_UNIQUE) object per process as long as the libraries
 /// export it, as they do by default. A library built with -fvisibility=hidden gets its
-/// own table, hence its own runtime per ordinal (see test/runtime/two_libraries).
+/// own table, hence its own runtime per ordinal (see docs/architecture.md, "Invariants").
 ///
 /// Thread-safe: every member may be called from any thread (the Stack is thread-safe).
 template <DriverResource Stack>
