@@ -26,6 +26,11 @@ sys.path.insert(0, HERE)
 def install_allocator(build, allocator):
     if allocator == "native":
         return None
+    if allocator == "torch-async":
+        # torch's own cudaMallocAsync backend, which torch reads when it is imported.
+        if "backend:cudaMallocAsync" not in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""):
+            raise SystemExit("torch-async: run with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync")
+        return None
     if allocator == "async":
         d = os.path.join(build, "bridge", "torch")
         path = os.path.join(d, "libxlogrt_torch_async_baseline.so")
@@ -174,7 +179,7 @@ CASES = {"train": case_train, "budget": case_budget, "log": case_log, "stats": c
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--build", required=True)
-    p.add_argument("--allocator", required=True, choices=["native", "xlogrt", "xlogrt-norecord", "async"])
+    p.add_argument("--allocator", required=True, choices=["native", "xlogrt", "xlogrt-norecord", "async", "torch-async"])
     p.add_argument("--case", required=True, choices=sorted(CASES))
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=20)

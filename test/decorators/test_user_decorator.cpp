@@ -6,6 +6,9 @@
 #include <atomic>
 #include <memory>
 
+#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/runtime.hpp>
+#include <xlogrt/resource/adaptor.hpp>
 #include <xlogrt/resource/any_resource.hpp>
 #include <xlogrt/resource/budget.hpp>
 #include <xlogrt/resource/logging.hpp>
@@ -18,48 +21,56 @@ using namespace xlogrt::testing;
 
 // ---- the user's code --------------------------------------------------------------------
 
-/// Refuses any single request larger than a cap. Thread-safe (no state of its own).
+/// Refuses any single request larger than a cap; everything else is Adaptor's forwarding.
 template <DeviceMemoryResource Up>
-class MaxRequest {
- public:
-  static constexpr bool supports_block_use_tracking = Up::supports_block_use_tracking;
-
-  MaxRequest(Up up, std::size_t cap) : up_(std::move(up)), cap_(cap) {}
+struct MaxRequest : Adaptor<Up> {
+  MaxRequest(Up up, std::size_t cap) : Adaptor<Up>(std::move(up)), cap(cap) {}
+  std::size_t cap;
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId s, AllocTag t) noexcept {
-    if (bytes > cap_) {
-      return error{errc::invalid_argument, "request of " + std::to_string(bytes) + " bytes exceeds the cap of " +
-                                               std::to_string(cap_)};
+    if (bytes > cap) {
+      return error{errc::invalid_argument, "request of " + std::to_string(bytes) + " bytes exceeds the cap"};
     }
-    return up_.allocate(bytes, s, t);
+    return this->upstream().allocate(bytes, s, t);
   }
-  result<void> deallocate(DeviceBlock&& b) noexcept { return up_.deallocate(std::move(b)); }
-  std::size_t bytes_outstanding() const noexcept { return up_.bytes_outstanding(); }
-  result<void> reap_pending() noexcept { return up_.reap_pending(); }
-  std::uint32_t device_ordinal() const noexcept { return up_.device_ordinal(); }
-
-  result<void> record_block_use(const DeviceBlock& b, StreamId s) noexcept
-    requires TrackingResource<Up>
-  {
-    return up_.record_block_use(b, s);
-  }
-  result<void> prepare_block_use(BlockId id, StreamId s, Access a) noexcept
-    requires TrackingResource<Up>
-  {
-    return up_.prepare_block_use(id, s, a);
-  }
-  result<void> finish_block_use(BlockId id, StreamId s, Access a) noexcept
-    requires TrackingResource<Up>
-  {
-    return up_.finish_block_use(id, s, a);
-  }
-
-  Up& upstream() noexcept { return up_; }
-
- private:
-  Up up_;
-  std::size_t cap_;
 };
+
+/// Hides one forwarded capability: a stack above it cannot recycle through it.
+template <DeviceMemoryResource Up>
+struct NoRecycling : Adaptor<Up> {
+  using Adaptor<Up>::Adaptor;
+  result<DeviceBlock> recycle_block(DeviceBlock&, StreamId) noexcept = delete;
+};
+
+// Adaptor forwards each capability exactly when the upstream has it.
+static_assert(!TrackingResource<MaxRequest<PlainSpy>> && !DriverResource<MaxRequest<PlainSpy>>);
+static_assert(TrackingResource<MaxRequest<TrackingSpy>> && !RecyclingResource<MaxRequest<TrackingSpy>>);
+static_assert(RecyclingResource<MaxRequest<AsyncCuda<SimDriver>>> && DriverResource<MaxRequest<AsyncCuda<SimDriver>>>);
+static_assert(SynchronousFree<MaxRequest<DirectCuda<SimDriver>>> && !SynchronousFree<MaxRequest<AsyncCuda<SimDriver>>>);
+static_assert(TrackingResource<NoRecycling<AsyncCuda<SimDriver>>> && !RecyclingResource<NoRecycling<AsyncCuda<SimDriver>>>);
+
+// Over the real driver, at the top of a DeviceRuntime: the decorator passes tracking and
+// the driver members through. Compiled, not run (the host suite has no GPU).
+using RealStack = Budget<MaxRequest<AsyncCuda<CudaDriver>>>;
+static_assert(TrackingResource<RealStack> && DriverResource<RealStack> && RecyclingResource<RealStack>);
+[[maybe_unused]] result<std::size_t> owned_runtime_on_cuda() {
+  auto drv = CudaDriver::open();
+  if (!drv) return std::move(drv).error();
+  auto dev = Device<CudaDriver>::open(**drv, 0);
+  if (!dev) return std::move(dev).error();
+  auto pool = StreamPool<CudaDriver>::create(std::move(*dev), 2);
+  if (!pool) return std::move(pool).error();
+  auto base = AsyncCuda<CudaDriver>::create(*pool);
+  if (!base) return std::move(base).error();
+  DeviceRuntime<RealStack> rt(*pool, RealStack(MaxRequest(std::move(*base), 1 << 20)));
+  auto b = rt.allocate(4096, StreamId{1});
+  if (!b) return std::move(b).error();
+  if (auto r = rt.record_block_use(*b, StreamId{0}); !r) return std::move(r).error();
+  if (auto r = rt.stack().make_current(); !r) return std::move(r).error();
+  const std::size_t n = b->bytes();
+  if (auto r = rt.deallocate(std::move(*b)); !r) return std::move(r).error();
+  return n;
+}
 
 // ---- the test ------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/adaptor.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
 #include "xlogrt/resource/detail/spin_lock.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
@@ -317,21 +318,20 @@ struct BudgetOptions {
 /// credit takes the ordinal's spin lock. The budget's own bookkeeping; the upstream keeps
 /// its own guarantees.) Construction and moves happen-before use.
 template <DeviceMemoryResource Upstream>
-class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
+class Budget : public Adaptor<Upstream> {
  public:
-  static constexpr bool supports_block_use_tracking = Upstream::supports_block_use_tracking;
-  static constexpr bool frees_synchronously = SynchronousFree<Upstream>;
+  using Adaptor<Upstream>::upstream;
 
-  explicit Budget(Upstream upstream, BudgetOptions options = {}) noexcept(
+  explicit Budget(Upstream up, BudgetOptions options = {}) noexcept(
       std::is_nothrow_move_constructible_v<Upstream>)
-      : up_(std::move(upstream)), slot_(detail::budget_slot(up_.device_ordinal())) {
+      : Adaptor<Upstream>(std::move(up)), slot_(detail::budget_slot(upstream().device_ordinal())) {
     if (options.limit_bytes && slot_ != nullptr) {
       std::lock_guard lock(slot_->mu);
       slot_->set_limit_locked(*options.limit_bytes);
     }
   }
   Budget(Budget&& o) noexcept(std::is_nothrow_move_constructible_v<Upstream>)
-      : up_(std::move(o.up_)), slot_(o.slot_) {
+      : Adaptor<Upstream>(std::move(o)), slot_(o.slot_) {
     for (std::uint32_t i = 0; i < PENDING_STRIPES; ++i) {
       pending_[i].v.store(o.pending_[i].v.exchange(0, std::memory_order_acq_rel), std::memory_order_relaxed);
     }
@@ -349,14 +349,14 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
   /// Errors: out_of_budget (after one reap and retry), invalid_ordinal (an upstream
   /// ordinal beyond BUDGET_ORDINALS), and whatever the upstream returns.
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
-    if (bytes == 0) return up_.allocate(bytes, stream, tag);  // the upstream names it
-    if (slot_ == nullptr) return detail::bad_budget_ordinal(up_.device_ordinal());
+    if (bytes == 0) return upstream().allocate(bytes, stream, tag);  // the upstream names it
+    if (slot_ == nullptr) return detail::bad_budget_ordinal(upstream().device_ordinal());
     detail::BudgetStripe& st = stripe();
     if (!charge(st, bytes)) {
       auto reaped = reap_pending();
       if (!charge(st, bytes)) return over_budget(bytes, stream, tag, reaped);
     }
-    auto b = up_.allocate(bytes, stream, tag);
+    auto b = upstream().allocate(bytes, stream, tag);
     if (!b) {
       slot_->credit(st, static_cast<std::int64_t>(bytes));
       return b;
@@ -375,9 +375,9 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
   result<void> deallocate(DeviceBlock&& block) noexcept {
     const std::size_t n = block.bytes();
     const bool was_live = !block.empty();
-    auto r = up_.deallocate(std::move(block));
+    auto r = upstream().deallocate(std::move(block));
     if (was_live && block.empty()) {
-      if constexpr (frees_synchronously) {
+      if constexpr (SynchronousFree<Upstream>) {
         if (slot_ != nullptr) slot_->credit(stripe(), static_cast<std::int64_t>(n));
       } else {
         pending_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_add(n, std::memory_order_release);
@@ -386,7 +386,6 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
     return r;
   }
 
-  std::size_t bytes_outstanding() const noexcept { return up_.bytes_outstanding(); }
 
   /// Reaps the upstream and credits the frees it has seen complete.
   result<void> reap_pending() noexcept {
@@ -394,7 +393,7 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
     for (auto& p : pending_) {
       if (p.v.load(std::memory_order_relaxed) != 0) taken += p.v.exchange(0, std::memory_order_acquire);
     }
-    auto r = up_.reap_pending();
+    auto r = upstream().reap_pending();
     if (!r) {
       if (taken != 0) pending_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_add(taken, std::memory_order_relaxed);
       return r;
@@ -403,7 +402,6 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
     return ok();
   }
 
-  std::uint32_t device_ordinal() const noexcept { return up_.device_ordinal(); }
 
   /// Bytes this stack has freed that are still charged, waiting for a reap.
   std::size_t pending_credit() const noexcept {
@@ -417,11 +415,6 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
     if (slot_ == nullptr) return {};
     return {slot_->limit.load(std::memory_order_relaxed), slot_->in_use()};
   }
-
-  // ---- upstream (the optional capabilities are forwarded by detail::Forwarding) ----
-
-  Upstream& upstream() noexcept { return up_; }
-  const Upstream& upstream() const noexcept { return up_; }
 
  private:
   /// Stripes of this stack's pending count (a power of two).
@@ -447,7 +440,7 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
 
   error over_budget(std::size_t bytes, StreamId stream, AllocTag tag, const result<void>& reaped) const {
     const auto u = usage();
-    std::string m = "ordinal " + std::to_string(up_.device_ordinal()) + ": a request of " +
+    std::string m = "ordinal " + std::to_string(upstream().device_ordinal()) + ": a request of " +
                     std::to_string(bytes) + " bytes (stream " + std::to_string(stream.value) +
                     ", tag " + std::to_string(tag.value) + ") does not fit in the budget of " +
                     std::to_string(u.limit) + " bytes with " + std::to_string(u.in_use) +
@@ -460,7 +453,6 @@ class Budget : public detail::Forwarding<Budget<Upstream>, Upstream> {
     return error{errc::out_of_budget, std::move(m)};
   }
 
-  [[no_unique_address]] Upstream up_;
   detail::BudgetSlot* slot_;
   PendingStripe pending_[PENDING_STRIPES];
 };

@@ -82,6 +82,7 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/adaptor.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
 #include "xlogrt/resource/detail/nvtx_marks.hpp"
 #include "xlogrt/resource/detail/size_class.hpp"
@@ -141,14 +142,14 @@ struct CachedProtocol {
 
 template <class Upstream, class Protocol = CachedProtocol>
   requires RecyclingResource<Upstream> && DriverResource<Upstream>
-class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
+class Cached : public Adaptor<Upstream> {
  public:
-  static constexpr bool supports_block_use_tracking = true;
+  using Adaptor<Upstream>::upstream;
 
   /// Options out of range are clamped (bin_blocks to 1 .. 16, max_block_bytes to 1 TiB);
   /// create() refuses them instead.
-  explicit Cached(Upstream upstream, CachedOptions options = {})
-      : up_(std::move(upstream)), state_(std::make_unique<State>(options)), ordinal_(up_.device_ordinal()) {}
+  explicit Cached(Upstream up, CachedOptions options = {})
+      : Adaptor<Upstream>(std::move(up)), state_(std::make_unique<State>(options)), ordinal_(upstream().device_ordinal()) {}
 
   /// Errors: invalid_argument for bin_blocks outside 1 .. 16, bin_bytes of 0, or a
   /// max_block_bytes above 1 TiB; out_of_memory when host memory runs out.
@@ -175,7 +176,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     (void)trim();
     for (auto& d : state_->depots) {
       Depot* p = d.load(std::memory_order_relaxed);
-      if (p != nullptr && p->has_event) (void)up_.driver().event_destroy(p->event);
+      if (p != nullptr && p->has_event) (void)upstream().driver().event_destroy(p->event);
     }
   }
 
@@ -219,9 +220,9 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     const std::uint32_t c = detail::class_of(n);
     const std::uint32_t s = b.alloc_stream().value;
     if (c >= st.classes || detail::class_bytes(c) != n || s >= detail::CACHE_STREAMS) [[unlikely]] {
-      return up_.deallocate(std::move(b));
+      return upstream().deallocate(std::move(b));
     }
-    auto next = up_.recycle_block(b, b.alloc_stream());
+    auto next = upstream().recycle_block(b, b.alloc_stream());
     if (!next) [[unlikely]] return std::move(next).error();
     const detail::CachedEntry e{next->ptr(), next->id(), next->tag()};
     if (st.marks.on()) [[unlikely]] st.marks.cached(e.ptr);
@@ -247,7 +248,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
   }
 
   std::size_t bytes_outstanding() const noexcept {
-    const std::size_t all = up_.bytes_outstanding();
+    const std::size_t all = upstream().bytes_outstanding();
     std::size_t cached = 0;
     {
       std::lock_guard lock(state_->registry_mu);
@@ -255,7 +256,6 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     }
     return all > cached ? all - cached : 0;
   }
-  result<void> reap_pending() noexcept { return up_.reap_pending(); }
   std::uint32_t device_ordinal() const noexcept { return ordinal_; }
 
   /// Gives every cached block back to the upstream: stream-ordered frees, each on the
@@ -297,10 +297,6 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
   }
 
   const CachedOptions& options() const noexcept { return state_->options; }
-
-  // ---- upstream (the optional capabilities are forwarded by detail::Forwarding) ----
-  Upstream& upstream() noexcept { return up_; }
-  const Upstream& upstream() const noexcept { return up_; }
 
  private:
   using stream_t = typename Upstream::driver_type::stream_t;
@@ -462,7 +458,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
   bool give_back(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) noexcept {
     const std::size_t size = detail::class_bytes(c);
     st.marks.released(e.ptr);
-    if (!up_.deallocate(DeviceBlock{e.ptr, size, StreamId{s}, ordinal_, e.tag, e.id})) {
+    if (!upstream().deallocate(DeviceBlock{e.ptr, size, StreamId{s}, ordinal_, e.tag, e.id})) {
       if (st.marks.on()) {  // still cached: watched again
         st.marks.fresh(e.ptr, size);
         st.marks.cached(e.ptr);
@@ -499,9 +495,9 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     const std::uint32_t c = detail::class_of(bytes);
     if (bytes == 0 || c >= st.classes || stream.value >= detail::CACHE_STREAMS) {
       if (bytes != 0) st.bypasses.fetch_add(1, std::memory_order_relaxed);
-      return up_.allocate(bytes, stream, tag);  // which names bad input
+      return upstream().allocate(bytes, stream, tag);  // which names bad input
     }
-    if (auto h = up_.stream_handle(stream); !h) return std::move(h).error();
+    if (auto h = upstream().stream_handle(stream); !h) return std::move(h).error();
     const std::size_t size = detail::class_bytes(c);
     std::optional<DeviceBlock> got = take_own_depot(st, stream, c, tag, tc);
     if (got) {
@@ -511,11 +507,11 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
       st.moves.fetch_add(1, std::memory_order_relaxed);
       if (st.marks.on()) st.marks.handed(got->ptr(), size);
     } else {
-      auto b = up_.allocate(size, stream, tag);
+      auto b = upstream().allocate(size, stream, tag);
       if (!b && (b.error().code() == errc::out_of_memory || b.error().code() == errc::out_of_budget) &&
           trim() > 0) {
         st.pressure_retries.fetch_add(1, std::memory_order_relaxed);
-        b = up_.allocate(size, stream, tag);
+        b = upstream().allocate(size, stream, tag);
       }
       if (!b) return b;
       st.misses.fetch_add(1, std::memory_order_relaxed);
@@ -600,7 +596,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
       }
       if (!e) continue;
       DeviceBlock b{e->ptr, detail::class_bytes(c), StreamId{s}, ordinal_, e->tag, e->id};
-      auto moved = up_.recycle_block(b, to);
+      auto moved = upstream().recycle_block(b, to);
       if (!moved) {
         depot_put(st, s, c, &*e);
         continue;
@@ -613,7 +609,7 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
   /// Under d.mu: promotes the marked blocks once their event is complete, and marks the
   /// fresh ones when no mark is pending. A driver error leaves the blocks where they are.
   void advance(Depot& d, StreamId s) noexcept {
-    auto& drv = up_.driver();
+    auto& drv = upstream().driver();
     if (d.pending) {
       if constexpr (Protocol::wait_for_completion) {
         auto q = drv.event_query(d.event);
@@ -630,13 +626,13 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     for (const auto& f : d.fresh) any = any || !f.empty();
     if (!any) return;
     if (!d.has_event) {
-      if (!up_.make_current()) return;
+      if (!upstream().make_current()) return;
       auto e = drv.event_create();
       if (!e) return;
       d.event = *e;
       d.has_event = true;
     }
-    auto h = up_.stream_handle(s);
+    auto h = upstream().stream_handle(s);
     if (!h || !drv.event_record(d.event, *h)) return;
     for (std::size_t c = 0; c < d.fresh.size(); ++c) {
       d.marked[c].insert(d.marked[c].end(), d.fresh[c].begin(), d.fresh[c].end());
@@ -709,7 +705,6 @@ class Cached : public detail::Forwarding<Cached<Upstream, Protocol>, Upstream> {
     return sum;
   }
 
-  Upstream up_;
   std::unique_ptr<State> state_;
   std::uint32_t ordinal_ = 0;
 };

@@ -80,4 +80,11 @@ concept DriverResource =
       { r.make_current() } -> std::same_as<result<void>>;
     };
 
+/// An upstream whose deallocate returns only once the memory is back with the driver
+/// (cuMemFree, not cuMemFreeAsync) may say so with
+/// `static constexpr bool frees_synchronously = true;`. Budget then credits a free at
+/// once instead of at the next reap_pending. Decorators forward the flag.
+template <class R>
+concept SynchronousFree = requires { requires static_cast<bool>(R::frees_synchronously); };
+
 }  // namespace xlogrt

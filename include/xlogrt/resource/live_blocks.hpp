@@ -33,6 +33,7 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/adaptor.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
 #include "xlogrt/resource/detail/log_record.hpp"
 #include "xlogrt/resource/detail/spin_lock.hpp"
@@ -112,19 +113,18 @@ struct LiveBlocksOptions {
 ///
 /// Thread-safe. Construction and moves happen-before use.
 template <DeviceMemoryResource Upstream>
-class LiveBlocks : public detail::Forwarding<LiveBlocks<Upstream>, Upstream> {
+class LiveBlocks : public Adaptor<Upstream> {
  public:
-  static constexpr bool supports_block_use_tracking = Upstream::supports_block_use_tracking;
-  static constexpr bool frees_synchronously = SynchronousFree<Upstream>;
+  using Adaptor<Upstream>::upstream;
   static constexpr std::size_t SHARDS = 64;
 
-  explicit LiveBlocks(Upstream upstream, LiveBlocksOptions options = {})
-      : up_(std::move(upstream)), state_(std::make_unique<State>()) {
+  explicit LiveBlocks(Upstream up, LiveBlocksOptions options = {})
+      : Adaptor<Upstream>(std::move(up)), state_(std::make_unique<State>()) {
     state_->recording.store(options.recording, std::memory_order_relaxed);
   }
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
-    auto b = up_.allocate(bytes, stream, tag);
+    auto b = upstream().allocate(bytes, stream, tag);
     if (state_->recording.load(std::memory_order_relaxed)) {
       if (b) {
         record(*b, stream, tag);
@@ -139,7 +139,7 @@ class LiveBlocks : public detail::Forwarding<LiveBlocks<Upstream>, Upstream> {
     const std::uint64_t p = block.ptr();
     Shard& s = state_->shard(p);
     if (block.empty() || s.count.load(std::memory_order_relaxed) == 0) {
-      return up_.deallocate(std::move(block));
+      return upstream().deallocate(std::move(block));
     }
     std::optional<Entry> taken;
     {
@@ -150,14 +150,11 @@ class LiveBlocks : public detail::Forwarding<LiveBlocks<Upstream>, Upstream> {
         s.count.store(s.map.size(), std::memory_order_relaxed);
       }
     }
-    auto r = up_.deallocate(std::move(block));
+    auto r = upstream().deallocate(std::move(block));
     if (taken && !block.empty()) insert(s, p, *taken);  // refused: the block is still live
     return r;
   }
 
-  std::size_t bytes_outstanding() const noexcept { return up_.bytes_outstanding(); }
-  result<void> reap_pending() noexcept { return up_.reap_pending(); }
-  std::uint32_t device_ordinal() const noexcept { return up_.device_ordinal(); }
 
   /// Switches recording of new allocations on or off (blocks already recorded stay
   /// until they are freed).
@@ -185,11 +182,6 @@ class LiveBlocks : public detail::Forwarding<LiveBlocks<Upstream>, Upstream> {
     out.lost = st.lost.load(std::memory_order_relaxed);
     return out;
   }
-
-  // ---- upstream (the optional capabilities are forwarded by detail::Forwarding) ----
-
-  Upstream& upstream() noexcept { return up_; }
-  const Upstream& upstream() const noexcept { return up_; }
 
  private:
   struct Entry {
@@ -244,7 +236,6 @@ class LiveBlocks : public detail::Forwarding<LiveBlocks<Upstream>, Upstream> {
     ++state_->failures;
   }
 
-  [[no_unique_address]] Upstream up_;
   std::unique_ptr<State> state_;
 };
 

@@ -25,6 +25,7 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/adaptor.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
 #include "xlogrt/resource/detail/log_record.hpp"
 #include "xlogrt/resource/detail/log_writer.hpp"
@@ -208,18 +209,17 @@ class RingSink {
 /// Thread-safe. (As the sink is; every shipped sink is.) Construction and moves
 /// happen-before use.
 template <DeviceMemoryResource Upstream, LogSink Sink = FileSink>
-class Logging : public detail::Forwarding<Logging<Upstream, Sink>, Upstream> {
+class Logging : public Adaptor<Upstream> {
  public:
-  static constexpr bool supports_block_use_tracking = Upstream::supports_block_use_tracking;
-  static constexpr bool frees_synchronously = SynchronousFree<Upstream>;
+  using Adaptor<Upstream>::upstream;
   using sink_type = Sink;
 
-  explicit Logging(Upstream upstream, Sink sink = Sink{}) noexcept(
+  explicit Logging(Upstream up, Sink sink = Sink{}) noexcept(
       std::is_nothrow_move_constructible_v<Upstream> && std::is_nothrow_move_constructible_v<Sink>)
-      : up_(std::move(upstream)), sink_(std::move(sink)) {}
+      : Adaptor<Upstream>(std::move(up)), sink_(std::move(sink)) {}
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
-    auto b = up_.allocate(bytes, stream, tag);
+    auto b = upstream().allocate(bytes, stream, tag);
     if constexpr (Sink::enabled) {
       if (sink_.active()) {
         if (b) {
@@ -241,17 +241,14 @@ class Logging : public detail::Forwarding<Logging<Upstream, Sink>, Upstream> {
         const AllocTag t = block.tag();
         const bool was_live = !block.empty();
         log(LogAction::free, p, n, s, t);
-        auto r = up_.deallocate(std::move(block));
+        auto r = upstream().deallocate(std::move(block));
         if (!was_live || !block.empty()) log(LogAction::free_failure, p, n, s, t);
         return r;
       }
     }
-    return up_.deallocate(std::move(block));
+    return upstream().deallocate(std::move(block));
   }
 
-  std::size_t bytes_outstanding() const noexcept { return up_.bytes_outstanding(); }
-  result<void> reap_pending() noexcept { return up_.reap_pending(); }
-  std::uint32_t device_ordinal() const noexcept { return up_.device_ordinal(); }
 
   Sink& sink() noexcept { return sink_; }
   const Sink& sink() const noexcept { return sink_; }
@@ -259,17 +256,11 @@ class Logging : public detail::Forwarding<Logging<Upstream, Sink>, Upstream> {
   std::uint64_t dropped() const noexcept { return sink_.dropped(); }
   result<void> flush() noexcept { return sink_.flush(); }
 
-  // ---- upstream (the optional capabilities are forwarded by detail::Forwarding) ----
-
-  Upstream& upstream() noexcept { return up_; }
-  const Upstream& upstream() const noexcept { return up_; }
-
  private:
   void log(LogAction a, std::uint64_t ptr, std::size_t bytes, StreamId s, AllocTag t) noexcept {
     sink_.write(LogRecord{detail::os_thread_id(), detail::now_ns(), a, ptr, bytes, s, t});
   }
 
-  [[no_unique_address]] Upstream up_;
   [[no_unique_address]] Sink sink_;
 };
 

@@ -19,6 +19,7 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/adaptor.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
 
@@ -125,19 +126,18 @@ struct StatisticsOptions {
 ///
 /// Thread-safe; lock-free. Construction and moves happen-before use.
 template <DeviceMemoryResource Upstream>
-class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
+class Statistics : public Adaptor<Upstream> {
  public:
-  static constexpr bool supports_block_use_tracking = Upstream::supports_block_use_tracking;
-  static constexpr bool frees_synchronously = SynchronousFree<Upstream>;
+  using Adaptor<Upstream>::upstream;
 
   /// Operations of one tag in one stripe between two lowerings of its mark.
   static constexpr std::uint64_t EPOCH = 64;
 
-  explicit Statistics(Upstream upstream, StatisticsOptions options = {})
-      : up_(std::move(upstream)), state_(std::make_unique<State>(options)) {}
+  explicit Statistics(Upstream up, StatisticsOptions options = {})
+      : Adaptor<Upstream>(std::move(up)), state_(std::make_unique<State>(options)) {}
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
-    auto b = up_.allocate(bytes, stream, tag);
+    auto b = upstream().allocate(bytes, stream, tag);
     State& st = *state_;
     const auto [stripe, owned] = st.stripe();
     const std::uint32_t i = st.index(tag);
@@ -165,7 +165,7 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     const std::size_t n = block.bytes();
     const AllocTag tag = block.tag();
     const bool was_live = !block.empty();
-    auto r = up_.deallocate(std::move(block));
+    auto r = upstream().deallocate(std::move(block));
     if (!was_live || !block.empty()) return r;  // not freed (see Budget::deallocate)
     State& st = *state_;
     const auto [stripe, owned] = st.stripe();
@@ -181,9 +181,6 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
     return r;
   }
 
-  std::size_t bytes_outstanding() const noexcept { return up_.bytes_outstanding(); }
-  result<void> reap_pending() noexcept { return up_.reap_pending(); }
-  std::uint32_t device_ordinal() const noexcept { return up_.device_ordinal(); }
 
   /// The figures now. Allocates the snapshot's vector; not for the hot path.
   StatisticsSnapshot snapshot() const {
@@ -231,11 +228,6 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
                              : s.total.current_bytes;
     return s;
   }
-
-  // ---- upstream (the optional capabilities are forwarded by detail::Forwarding) ----
-
-  Upstream& upstream() noexcept { return up_; }
-  const Upstream& upstream() const noexcept { return up_; }
 
  private:
   /// One tag (or all tags) in one stripe. Sizes wrap: a stripe that frees blocks
@@ -362,7 +354,6 @@ class Statistics : public detail::Forwarding<Statistics<Upstream>, Upstream> {
                                                                                : c.current_bytes;
   }
 
-  [[no_unique_address]] Upstream up_;
   std::unique_ptr<State> state_;
 };
 
