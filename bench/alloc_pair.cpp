@@ -65,7 +65,6 @@ struct Variant {
   int baseline;  // index of the variant it is compared with (itself for a baseline)
   std::function<void(std::size_t bytes, int pairs)> run;  // `pairs` timed pairs
   std::function<void()> settle;                             // untimed, after each sample
-  std::vector<double> ns;
   int alt = -1;  // a second baseline (the other stream-ordered call), or none
 };
 
@@ -122,7 +121,7 @@ int run_bench(D& drv, const char* where, const Options& opt) {
     std::vector<Variant> vs;
     if (!opt.async_only) {
       vs.push_back({"raw cuMemAlloc/cuMemFree", 0,
-                    [&](std::size_t n, int k) { for (int i = 0; i < k; ++i) raw.free(raw.alloc(n)); }, [] {}, {}});
+                    [&](std::size_t n, int k) { for (int i = 0; i < k; ++i) raw.free(raw.alloc(n)); }, [] {}});
       vs.push_back({"DirectCuda", 0,
                     [&](std::size_t n, int k) {
                       for (int i = 0; i < k; ++i) pair_of(direct, n, StreamId{0}, AllocTag{});
@@ -132,59 +131,38 @@ int run_bench(D& drv, const char* where, const Options& opt) {
     const int from_pool = static_cast<int>(vs.size()), current = from_pool + 1;  // the two raw baselines
     vs.push_back({"raw cuMemAllocFromPoolAsync/cuMemFreeAsync", from_pool,
                   [&](std::size_t n, int k) { for (int i = 0; i < k; ++i) raw.free_async(raw.alloc_async(n, pool, s0), s0); },
-                  [&] { (void)drv.stream_synchronize(s0); }, {}});
+                  [&] { (void)drv.stream_synchronize(s0); }});
     vs.push_back({"raw cuMemAllocAsync/cuMemFreeAsync", current,
                   [&](std::size_t n, int k) {
                     for (int i = 0; i < k; ++i) raw.free_async(raw.alloc_async_current(n, pool, s0), s0);
                   },
-                  [&] { (void)drv.stream_synchronize(s0); }, {}});
+                  [&] { (void)drv.stream_synchronize(s0); }});
     vs.push_back({"AsyncCuda", from_pool,
                   [&](std::size_t n, int k) {
                     for (int i = 0; i < k; ++i) pair_of(*async, n, StreamId{0}, AllocTag{});
                   },
-                  [&] { (void)async->reap_pending(); }, {}, current});
+                  [&] { (void)async->reap_pending(); }, current});
     vs.push_back({"DeviceRuntime<AsyncCuda>", from_pool,
                   [&](std::size_t n, int k) {
                     for (int i = 0; i < k; ++i) pair_of(rt, n, StreamId{0});
                   },
-                  [&] { (void)rt.reap_pending(); }, {}, current});
-    for (auto& v : vs) {  // warm-up: pools grown, events reserved, code paged in
-      v.run(bytes, pairs);
-      v.settle();
-    }
-    shuffled_rounds(vs.size(), rounds, [&](std::size_t k) {
-      auto& v = vs[k];
-      const double t0 = now_ns();
-      v.run(bytes, pairs);
-      const double t1 = now_ns();
-      v.ns.push_back((t1 - t0) / pairs);
-      v.settle();
-    });
+                  [&] { (void)rt.reap_pending(); }, current});
+    const Samples m = interleaved(
+        vs.size(), rounds, pairs, [&](std::size_t k, int n) { vs[k].run(bytes, n); },
+        [&](std::size_t k) { vs[k].settle(); });
     // Two estimates of each ratio: the ratio of the medians, and the median of the
-    // per-round ratios (each sample against its baseline's sample of the same round,
-    // taken within a few microseconds of it), which cancels the host's slower drifts
+    // per-round ratios (Samples::paired_ratio), which cancels the host's slower drifts
     // (the raw pair itself has moved between 0.6 and 1.3 us within one run).
-    std::printf("## %zu bytes\n\n| variant | median ns/pair | p99 ns/pair | ratio to raw (median) "
-                "| paired ratio (median per round) | ratio to raw cuMemAllocAsync |\n|---|---|---|---|---|---|\n",
-                bytes);
-    std::vector<Summary> sums;
-    for (auto& v : vs) sums.push_back(summarize(v.ns));
-    const auto paired = [&](const Variant& v, const Variant& base) {
-      std::vector<double> r(v.ns.size());
-      for (std::size_t k = 0; k < r.size(); ++k) r[k] = v.ns[k] / base.ns[k];
-      return summarize(std::move(r)).median;
-    };
+    Table t(std::to_string(bytes) + " bytes",
+            {"variant", "median ns/pair", "p99 ns/pair", "ratio to raw (median)", "paired ratio (median per round)",
+             "ratio to raw cuMemAllocAsync"});
     for (std::size_t i = 0; i < vs.size(); ++i) {
       const auto base = static_cast<std::size_t>(vs[i].baseline);
-      char alt[16] = "", pair[16] = "";
-      if (vs[i].alt >= 0) {
-        std::snprintf(alt, sizeof alt, "%.3f", sums[i].median / sums[static_cast<std::size_t>(vs[i].alt)].median);
-      }
-      if (base != i) std::snprintf(pair, sizeof pair, "%.3f", paired(vs[i], vs[base]));
-      std::printf("| %s | %.0f | %.0f | %.3f | %s | %s |\n", vs[i].name.c_str(), sums[i].median, sums[i].p99,
-                  sums[i].median / sums[base].median, pair, alt);
+      const Summary s = m.summary(i);
+      t.row(vs[i].name, fmt("%.0f", s.median), fmt("%.0f", s.p99), fmt("%.3f", m.ratio(i, base)),
+            base != i ? fmt("%.3f", m.paired_ratio(i, base)) : "",
+            vs[i].alt >= 0 ? fmt("%.3f", m.ratio(i, static_cast<std::size_t>(vs[i].alt))) : "");
     }
-    std::printf("\n");
   }
 
   if (!opt.threads) return report_failures();
@@ -199,57 +177,59 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   // The host work is a calibrated loop, not a clock: a clock read alone can cost more
   // than 50 ns (72 ns on some VMs), which made an earlier "50 ns" of work about 200.
   const long work_50ns = calibrate_busy(50.0);
-  std::printf("## threads, each on its own stream, 64 KiB pairs: aggregate pairs per second "
-              "(median of %d alternating runs each)\n\n"
-              "| threads | raw async pairs/s | AsyncCuda pairs/s | ratio | raw + ~50 ns host work pairs/s | its ratio to raw |\n"
-              "|---|---|---|---|---|---|\n", REPS);
-  for (int threads : {1, 2, 4, 8, 16}) {
-    std::vector<double> rates[3];
-    // Each triple of runs takes the three variants in a fresh random order (a fixed
-    // order keeps who follows whom), and worker t stays on core t + 1 (Linux), so that
-    // the variants are compared on the same cores, away from this thread's.
-    std::mt19937 rng(7);
-    int triple[3] = {0, 1, 2};
-    for (int rep = 0; rep < 3 * REPS; ++rep) {
-      if (rep % 3 == 0) std::shuffle(std::begin(triple), std::end(triple), rng);
-      const int which = triple[rep % 3];
-      std::atomic<bool> go{false};
-      std::atomic<long> done{0};
-      const int per_thread = std::max(2000, rounds * pairs / 4);
-      std::vector<std::thread> ts;
-      for (int t = 0; t < threads; ++t) {
-        ts.emplace_back([&, t] {
-          pin_to_core(t + 1);
-          (void)(*dev)->make_current();
-          const StreamId sid{static_cast<std::uint32_t>(t)};
-          auto s = *(*streams)->get(sid);
-          while (!go.load()) std::this_thread::yield();
-          for (int i = 0; i < per_thread; ++i) {
-            if (which == 0) {
-              raw.free_async(raw.alloc_async(64 << 10, pool, s), s);
-            } else if (which == 1) {
-              pair_of(*async, 64 << 10, sid, AllocTag{});
-            } else {
-              const std::uint64_t p = raw.alloc_async(64 << 10, pool, s);
-              busy(work_50ns);
-              raw.free_async(p, s);
+  {
+    Table table("threads, each on its own stream, 64 KiB pairs: aggregate pairs per second (median of " +
+                std::to_string(REPS) + " alternating runs each)",
+                {"threads", "raw async pairs/s", "AsyncCuda pairs/s", "ratio", "raw + ~50 ns host work pairs/s",
+                 "its ratio to raw"});
+    for (int threads : {1, 2, 4, 8, 16}) {
+      std::vector<double> rates[3];
+      // Each triple of runs takes the three variants in a fresh random order (a fixed
+      // order keeps who follows whom), and worker t stays on core t + 1 (Linux), so that
+      // the variants are compared on the same cores, away from this thread's.
+      std::mt19937 rng(7);
+      int triple[3] = {0, 1, 2};
+      for (int rep = 0; rep < 3 * REPS; ++rep) {
+        if (rep % 3 == 0) std::shuffle(std::begin(triple), std::end(triple), rng);
+        const int which = triple[rep % 3];
+        std::atomic<bool> go{false};
+        std::atomic<long> done{0};
+        const int per_thread = std::max(2000, rounds * pairs / 4);
+        std::vector<std::thread> ts;
+        for (int t = 0; t < threads; ++t) {
+          ts.emplace_back([&, t] {
+            pin_to_core(t + 1);
+            (void)(*dev)->make_current();
+            const StreamId sid{static_cast<std::uint32_t>(t)};
+            auto s = *(*streams)->get(sid);
+            while (!go.load()) std::this_thread::yield();
+            for (int i = 0; i < per_thread; ++i) {
+              if (which == 0) {
+                raw.free_async(raw.alloc_async(64 << 10, pool, s), s);
+              } else if (which == 1) {
+                pair_of(*async, 64 << 10, sid, AllocTag{});
+              } else {
+                const std::uint64_t p = raw.alloc_async(64 << 10, pool, s);
+                busy(work_50ns);
+                raw.free_async(p, s);
+              }
             }
-          }
-          done += per_thread;
-        });
+            done += per_thread;
+          });
+        }
+        const double t0 = now_ns();
+        go = true;
+        for (auto& th : ts) th.join();
+        const double t1 = now_ns();
+        rates[which].push_back(static_cast<double>(done.load()) / ((t1 - t0) * 1e-9));
+        for (int t = 0; t < threads; ++t) (void)drv.stream_synchronize(*(*streams)->get(StreamId{static_cast<std::uint32_t>(t)}));
+        (void)async->reap_pending();
       }
-      const double t0 = now_ns();
-      go = true;
-      for (auto& th : ts) th.join();
-      const double t1 = now_ns();
-      rates[which].push_back(static_cast<double>(done.load()) / ((t1 - t0) * 1e-9));
-      for (int t = 0; t < threads; ++t) (void)drv.stream_synchronize(*(*streams)->get(StreamId{static_cast<std::uint32_t>(t)}));
-      (void)async->reap_pending();
+      const double raw_rate = summarize(rates[0]).median, ours = summarize(rates[1]).median;
+      const double worked = summarize(rates[2]).median;
+      table.row(std::to_string(threads), fmt("%.0f", raw_rate), fmt("%.0f", ours), fmt("%.3f", ours / raw_rate),
+                fmt("%.0f", worked), fmt("%.3f", worked / raw_rate));
     }
-    const double raw_rate = summarize(rates[0]).median, ours = summarize(rates[1]).median;
-    const double worked = summarize(rates[2]).median;
-    std::printf("| %d | %.0f | %.0f | %.3f | %.0f | %.3f |\n", threads, raw_rate, ours, ours / raw_rate, worked,
-                worked / raw_rate);
   }
   return report_failures();
 }

@@ -109,37 +109,29 @@ struct Options {
   bool threads = true;
 };
 
-/// Runs `body(variant)` for every variant, `rounds` times, in a fresh random order each
-/// round, and returns each variant's samples (ns per pair).
-std::vector<std::vector<double>> interleave(std::vector<Alloc>& vs, int rounds, int pairs,
-                                            const std::function<void(Alloc&, int)>& body) {
-  std::vector<std::vector<double>> ns(vs.size());
-  for (auto& v : vs) {  // warm-up
-    body(v, pairs);
-    v.settle();
-  }
-  shuffled_rounds(vs.size(), rounds, [&](std::size_t k) {
-    const double t0 = now_ns();
-    body(vs[k], pairs);
-    ns[k].push_back((now_ns() - t0) / pairs);
-    vs[k].settle();
-  });
-  return ns;
+/// Runs `body(variant, pairs)` for every variant, `rounds` times, in a fresh random
+/// order each round (bench::interleaved), and returns each variant's samples (ns per pair).
+Samples interleave(std::vector<Alloc>& vs, int rounds, int pairs, const std::function<void(Alloc&, int)>& body) {
+  return interleaved(
+      vs.size(), rounds, pairs, [&](std::size_t k, int n) { body(vs[k], n); }, [&](std::size_t k) { vs[k].settle(); });
 }
 
-void print_table(const char* title, const std::vector<Alloc>& vs, std::vector<std::vector<double>> ns,
+/// The table of one workload: each variant's median and p99, and its ratios to the raw
+/// pool (and to PyTorch's allocator, the last variant, when it is there).
+void print_table(const std::string& title, const std::vector<Alloc>& vs, const Samples& m,
                  const char* unit = "ns/pair") {
-  std::printf("## %s\n\n| variant | median %s | p99 %s | x raw pool | raw pool / variant |%s\n|---|---|---|---|---|%s\n",
-              title, unit, unit, vs.size() > 5 ? " torch / variant |" : "", vs.size() > 5 ? "---|" : "");
-  std::vector<Summary> s;
-  for (auto& v : ns) s.push_back(summarize(v));
+  const bool torch = vs.size() > 5;
+  std::vector<std::string> cols = {"variant", std::string("median ") + unit, std::string("p99 ") + unit, "x raw pool",
+                                   "raw pool / variant"};
+  if (torch) cols.push_back("torch / variant");
+  Table t(title, cols);
   for (std::size_t i = 0; i < vs.size(); ++i) {
-    std::printf("| %s | %.1f | %.1f | %.3f | %.2f |", vs[i].name.c_str(), s[i].median, s[i].p99,
-                s[i].median / s[0].median, s[0].median / s[i].median);
-    if (vs.size() > 5) std::printf(" %.2f |", s.back().median / s[i].median);
-    std::printf("\n");
+    const Summary s = m.summary(i);
+    std::vector<std::string> row = {vs[i].name, fmt("%.1f", s.median), fmt("%.1f", s.p99), fmt("%.3f", m.ratio(i, 0)),
+                                    fmt("%.2f", m.ratio(0, i))};
+    if (torch) row.push_back(fmt("%.2f", m.ratio(vs.size() - 1, i)));
+    t.row(row);
   }
-  std::printf("\n");
 }
 
 template <class D>
@@ -221,7 +213,7 @@ int run_bench(D& drv, const char* where, const Options& opt) {
       v.pairs(bytes, StreamId{0}, k);
     });
     const std::string title = "same-size pairs, one thread, " + std::to_string(bytes) + " bytes";
-    print_table(title.c_str(), vs, std::move(ns));
+    print_table(title, vs, ns);
   }
 
   // 4. mixed sizes, 16 live blocks, FIFO
@@ -237,8 +229,7 @@ int run_bench(D& drv, const char* where, const Options& opt) {
       }
       for (auto h : live) v.free(h);
     });
-    print_table("mixed sizes round robin, 16 live blocks (FIFO), one thread: ns per allocate + free", vs,
-                std::move(ns));
+    print_table("mixed sizes round robin, 16 live blocks (FIFO), one thread: ns per allocate + free", vs, ns);
   }
 
   // 5. alternating phases on two streams
@@ -251,7 +242,7 @@ int run_bench(D& drv, const char* where, const Options& opt) {
       for (auto h : hs) v.free(h);
       (void)drv.stream_synchronize(*(*streams)->get(s));  // the GPU finishes between phases
     });
-    print_table("alternating phases: 64 pairs on stream 1, then 64 on stream 2 (64 KiB)", vs, std::move(ns));
+    print_table("alternating phases: 64 pairs on stream 1, then 64 on stream 2 (64 KiB)", vs, ns);
   }
 
   // 3. cross-thread frees
@@ -282,18 +273,16 @@ int run_bench(D& drv, const char* where, const Options& opt) {
       }
       consumer.join();
     });
-    print_table("cross-thread frees: producer allocates 64 KiB, consumer frees (ns per pair, wall)", vs,
-                std::move(ns));
+    print_table("cross-thread frees: producer allocates 64 KiB, consumer frees (ns per pair, wall)", vs, ns);
   }
 
   if (opt.threads) {
     constexpr int REPS = 5;
-    std::printf("## threads, each on its own stream, 64 KiB pairs: aggregate M pairs/s (median of %d alternating runs)\n\n|"
-                " threads |", REPS);
-    for (auto& v : vs) std::printf(" %s |", v.name.c_str());
-    std::printf("\n|---|");
-    for (std::size_t i = 0; i < vs.size(); ++i) std::printf("---|");
-    std::printf("\n");
+    std::vector<std::string> cols = {"threads"};
+    for (auto& v : vs) cols.push_back(v.name);
+    Table table("threads, each on its own stream, 64 KiB pairs: aggregate M pairs/s (median of " +
+                    std::to_string(REPS) + " alternating runs)",
+                cols);
     for (int threads : {1, 2, 4, 8, 16}) {
       std::vector<std::vector<double>> rates(vs.size());
       shuffled_rounds(vs.size(), REPS, [&](std::size_t k) {
@@ -319,11 +308,10 @@ int run_bench(D& drv, const char* where, const Options& opt) {
         for (int t = 0; t <= threads; ++t) (void)drv.stream_synchronize(*(*streams)->get(StreamId{static_cast<std::uint32_t>(t)}));
         v.settle();
       });
-      std::printf("| %d |", threads);
-      for (auto& r : rates) std::printf(" %.2f |", summarize(r).median);
-      std::printf("\n");
+      std::vector<std::string> row = {std::to_string(threads)};
+      for (auto& r : rates) row.push_back(fmt("%.2f", summarize(r).median));
+      table.row(row);
     }
-    std::printf("\n");
   }
 
   const CacheStats b = bare.stats(), d = rt_cache.stats();

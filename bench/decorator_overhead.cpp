@@ -13,8 +13,6 @@
 // usage: decorator_overhead [rounds=200] [pairs-per-sample=64] [bytes=65536] [threads=1,8]
 //                           [noop]  (noop: the no-op upstream tables only)
 
-#include <xlogrt/driver/cuda_driver.hpp>
-#include <xlogrt/driver/sim_driver.hpp>
 #include <xlogrt/resource/async_cuda.hpp>
 #include <xlogrt/resource/budget.hpp>
 #include <xlogrt/resource/logging.hpp>
@@ -93,9 +91,10 @@ Variant make_variant(std::string name, R& r) {
                  [&r] { (void)r.reap_pending(); }};
 }
 
-/// Runs every variant `rounds` times with `threads` threads; returns per-pair ns samples
-/// (one per thread per round) for each variant.
-std::vector<std::vector<double>> measure(std::vector<Variant>& vs, int threads, int rounds, int pairs,
+/// Runs every variant `rounds` times with `threads` threads, all threads on the same
+/// variant at once (a barrier between variants), after one warm-up round; returns
+/// per-pair ns samples (one per thread per round) for each variant.
+Samples measure(std::vector<Variant>& vs, int threads, int rounds, int pairs,
                                          std::size_t bytes, const std::function<void()>& make_current) {
   std::vector<std::vector<double>> ns(vs.size());
   std::vector<std::vector<std::vector<double>>> per_thread(
@@ -131,7 +130,7 @@ std::vector<std::vector<double>> measure(std::vector<Variant>& vs, int threads, 
   for (auto& pt : per_thread) {
     for (std::size_t v = 0; v < vs.size(); ++v) ns[v].insert(ns[v].end(), pt[v].begin(), pt[v].end());
   }
-  return ns;
+  return Samples{std::move(ns)};
 }
 
 template <class R>
@@ -176,17 +175,13 @@ int run_noop(int rounds, int pairs, std::size_t bytes, const std::vector<int>& t
   // touch of every stripe.
   (void)measure(nv, 1, rounds / 2 + 1, pairs * 16, bytes, current);
   for (int threads : thread_counts) {
-    auto ns = measure(nv, threads, rounds, pairs * 16, bytes, current);
-    std::printf("## the decorators alone, over a no-op upstream, %d thread%s\n\n"
-                "| variant | median ns/pair | p99 ns/pair | added ns/pair (median) |\n|---|---|---|---|\n",
-                threads, threads == 1 ? "" : "s");
-    std::vector<Summary> sums;
-    for (auto& v : ns) sums.push_back(summarize(v));
+    const Samples m = measure(nv, threads, rounds, pairs * 16, bytes, current);
+    Table t(fmt("the decorators alone, over a no-op upstream, %d thread%s", threads, threads == 1 ? "" : "s"),
+            {"variant", "median ns/pair", "p99 ns/pair", "added ns/pair (median)"});
     for (std::size_t i = 0; i < nv.size(); ++i) {
-      std::printf("| %s | %.1f | %.1f | %.1f |\n", nv[i].name.c_str(), sums[i].median, sums[i].p99,
-                  sums[i].median - sums[0].median);
+      const Summary s = m.summary(i);
+      t.row(nv[i].name, fmt("%.1f", s.median), fmt("%.1f", s.p99), fmt("%.1f", s.median - m.summary(0).median));
     }
-    std::printf("\n");
   }
   (void)noop_file.upstream().upstream().flush();
   std::printf("no-op file stack: %llu log records dropped\n\n",
@@ -233,18 +228,14 @@ int run_bench(D& drv, const char* where, int rounds, int pairs, std::size_t byte
     return rc;
   }
   for (int threads : thread_counts) {
-    auto ns = measure(vs, threads, rounds, pairs, bytes, current);
-    std::printf("## %d thread%s (each on its own stream)\n\n"
-                "| variant | median ns/pair | p99 ns/pair | ratio to AsyncCuda (median) | ratio (p99) |\n"
-                "|---|---|---|---|---|\n",
-                threads, threads == 1 ? "" : "s");
-    std::vector<Summary> sums;
-    for (auto& v : ns) sums.push_back(summarize(v));
+    const Samples m = measure(vs, threads, rounds, pairs, bytes, current);
+    Table t(fmt("%d thread%s (each on its own stream)", threads, threads == 1 ? "" : "s"),
+            {"variant", "median ns/pair", "p99 ns/pair", "ratio to AsyncCuda (median)", "ratio (p99)"});
     for (std::size_t i = 0; i < vs.size(); ++i) {
-      std::printf("| %s | %.0f | %.0f | %.3f | %.3f |\n", vs[i].name.c_str(), sums[i].median, sums[i].p99,
-                  sums[i].median / sums[0].median, sums[i].p99 / sums[0].p99);
+      const Summary s = m.summary(i);
+      t.row(vs[i].name, fmt("%.0f", s.median), fmt("%.0f", s.p99), fmt("%.3f", m.ratio(i, 0)),
+            fmt("%.3f", s.p99 / m.summary(0).p99));
     }
-    std::printf("\n");
   }
   if (const int rc = run_noop(rounds, pairs, bytes, thread_counts, path, current); rc != 0) return rc;
   (void)file_stack.upstream().upstream().flush();
@@ -278,10 +269,7 @@ int main(int argc, char** argv) {
     std::printf("usage: decorator_overhead [rounds>0] [pairs-per-sample>0] [bytes>0] [threads=1,8] [noop]\n");
     return 2;
   }
-  auto cuda = CudaDriver::open();
-  if (cuda) return run_bench(**cuda, "the GPU (CudaDriver)", rounds, pairs, bytes, thread_counts, noop_only);
-  std::printf("no GPU here (%s): measuring on SimDriver\n", cuda.error().what().c_str());
-  auto sim = SimDriver::open();
-  if (!sim) return std::printf("SimDriver: %s\n", sim.error().what().c_str()), 1;
-  return run_bench(**sim, "SimDriver (no GPU)", rounds, pairs, bytes, thread_counts, noop_only);
+  return on_gpu_or_sim([&](auto& drv, const char* where) {
+    return run_bench(drv, where, rounds, pairs, bytes, thread_counts, noop_only);
+  });
 }

@@ -191,17 +191,19 @@ int run(D& drv, const char* where, const char* log_path, int repeats) {
   for (int k = 0; k < repeats; ++k) {
     for (auto& s : stacks) st = replay(*log, s);
   }
-  std::printf("| stack | allocate median ns | allocate p99 ns | free median ns | free p99 ns | "
-              "allocate ratio (median) | free ratio (median) | failed |\n|---|---|---|---|---|---|---|---|\n");
   std::vector<Summary> a, f;
   for (auto& s : stacks) {
     a.push_back(summarize(s.alloc_ns));
     f.push_back(summarize(s.free_ns));
   }
-  for (std::size_t i = 0; i < stacks.size(); ++i) {
-    std::printf("| %s | %.0f | %.0f | %.0f | %.0f | %.3f | %.3f | %llu |\n", stacks[i].name.c_str(), a[i].median,
-                a[i].p99, f[i].median, f[i].p99, a[i].median / a[0].median, f[i].median / f[0].median,
-                static_cast<unsigned long long>(stacks[i].failed));
+  {
+    Table t("", {"stack", "allocate median ns", "allocate p99 ns", "free median ns", "free p99 ns",
+                 "allocate ratio (median)", "free ratio (median)", "failed"});
+    for (std::size_t i = 0; i < stacks.size(); ++i) {
+      t.row(stacks[i].name, fmt("%.0f", a[i].median), fmt("%.0f", a[i].p99), fmt("%.0f", f[i].median),
+            fmt("%.0f", f[i].p99), fmt("%.3f", a[i].median / a[0].median), fmt("%.3f", f[i].median / f[0].median),
+            std::to_string(stacks[i].failed));
+    }
   }
   for (auto& s : stacks) {
     if (s.failed != 0) std::printf("\n%s: first failure: %s", s.name.c_str(), s.first_error.c_str());
@@ -217,9 +219,5 @@ int main(int argc, char** argv) {
   const char* log_path = argc > 1 ? argv[1] : nullptr;
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
   if (repeats <= 0) return std::printf("usage: log_replay [log.csv] [repeats>0]\n"), 2;
-  if (auto cuda = CudaDriver::open()) return run(**cuda, "the GPU (CudaDriver)", log_path, repeats);
-  else std::printf("no GPU here (%s): replaying on SimDriver\n", cuda.error().what().c_str());
-  auto sim = SimDriver::open();
-  if (!sim) return std::printf("SimDriver: %s\n", sim.error().what().c_str()), 1;
-  return run(**sim, "SimDriver (no GPU)", log_path, repeats);
+  return on_gpu_or_sim([&](auto& drv, const char* where) { return run(drv, where, log_path, repeats); });
 }

@@ -30,7 +30,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -38,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "xlogrt/reactor/atomics.hpp"
 #include "xlogrt/reactor/flags.hpp"
 #include "xlogrt/reactor/slot_table.hpp"
@@ -252,17 +252,6 @@ struct Cell {
   }
 };
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "unknown CPU";
-}
-
 unsigned arg(int argc, char** argv, int i, unsigned fallback) {
   if (argc <= i) return fallback;
   const long v = std::strtol(argv[i], nullptr, 10);
@@ -279,7 +268,7 @@ int main(int argc, char** argv) {
   std::printf("slot_table_ab: %u threads x %zu registrations, %zu slots, best of %u\n", threads,
               per_thread, SLOTS, reps);
   std::printf("machine: %s, %u hardware threads; build: %s (%s), g++ %d.%d\n",
-              cpu_model().c_str(), std::thread::hardware_concurrency(), XLOGRT_BUILD_TYPE,
+              xlogrt::bench::cpu_model().c_str(), std::thread::hardware_concurrency(), XLOGRT_BUILD_TYPE,
 #if defined(NDEBUG)
               "NDEBUG",
 #else
@@ -314,22 +303,26 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::printf("\nTable 1: xlogrt::SlotTable (%u threads x %zu)\n\n", threads, per_thread);
-  std::printf("| regime | config | Mops/s (best) | Mops/s (median) | unparks | scan passes |\n");
-  std::printf("|---|---|---|---|---|---|\n");
-  for (const auto& row : rows) {
-    const Run& b = row.slot.best();
-    std::printf("| %s | %s | %.2f | %.2f | %zu | %zu |\n", row.regime, row.cfg->name, b.mops,
-                row.slot.median(), b.unparks, b.scan_passes);
+  using xlogrt::bench::fmt;
+  std::printf("\n");
+  {
+    xlogrt::bench::Table t(fmt("Table 1: xlogrt::SlotTable (%u threads x %zu)", threads, per_thread),
+                           {"regime", "config", "Mops/s (best)", "Mops/s (median)", "unparks", "scan passes"});
+    for (const auto& row : rows) {
+      const Run& b = row.slot.best();
+      t.row(row.regime, row.cfg->name, fmt("%.2f", b.mops), fmt("%.2f", row.slot.median()), std::to_string(b.unparks),
+            std::to_string(b.scan_passes));
+    }
   }
-
-  std::printf("\nTable 2: reference design (mutex + vector free list, full scan) vs SlotTable\n\n");
-  std::printf("| regime | config | reference Mops/s | SlotTable Mops/s | ratio (best) | ratio (median) |\n");
-  std::printf("|---|---|---|---|---|---|\n");
-  for (const auto& row : rows) {
-    const double ref = row.reference.best().mops, mine = row.slot.best().mops;
-    std::printf("| %s | %s | %.2f | %.2f | %.2fx | %.2fx |\n", row.regime, row.cfg->name, ref,
-                mine, mine / ref, row.slot.median() / row.reference.median());
+  {
+    xlogrt::bench::Table t("Table 2: reference design (mutex + vector free list, full scan) vs SlotTable",
+                           {"regime", "config", "reference Mops/s", "SlotTable Mops/s", "ratio (best)",
+                            "ratio (median)"});
+    for (const auto& row : rows) {
+      const double ref = row.reference.best().mops, mine = row.slot.best().mops;
+      t.row(row.regime, row.cfg->name, fmt("%.2f", ref), fmt("%.2f", mine), fmt("%.2fx", mine / ref),
+            fmt("%.2fx", row.slot.median() / row.reference.median()));
+    }
   }
   return 0;
 }

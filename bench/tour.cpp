@@ -7,9 +7,15 @@
 // the snapshot of what was live when the allocation failed is written as a CSV that
 // tools/memviz draws (bench/tour.sh does, and draws the run's log too).
 //
+// What it prints, in order: the device and the stack it ran (its layers, and whether the
+// budget, the log and the cache were on, from the environment as DeviceRuntime<DefaultStack>
+// reads it); the workload and its figures, each saying what it counts; the Statistics
+// and Cached layers' own counters; and the snapshot. Sizes are printed for people
+// (B, KiB, MiB, GiB: powers of 1024).
+//
 // usage: tour [SNAPSHOT.csv]   (the log is XLOGRT_LOG_FILE's, when set)
 
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/driver/sim_driver.hpp>  // the tour runs on the simulator when there is no GPU
 #include <xlogrt/runtime.hpp>
 
 #include <algorithm>
@@ -17,43 +23,85 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 using namespace xlogrt;
 
 namespace {
 
-/// Prints the Statistics layer's snapshot, wherever it sits in the stack.
+/// `n` bytes for people: "256 KiB", "1.5 MiB", "2.0 GiB" (powers of 1024), "0 B".
+std::string size(std::size_t n) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0 || v == static_cast<double>(static_cast<std::size_t>(v))) {
+    std::snprintf(buf, sizeof buf, "%.0f %s", v, units[u]);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  }
+  return buf;
+}
+
+/// Prints the stack the runtime holds and what of it the environment switched on.
+template <class Runtime>
+void print_stack(const Runtime& rt, const char* driver_type) {
+  using D = typename Runtime::driver_type;
+  static_assert(std::is_same_v<typename Runtime::stack_type, DefaultStackOn<D>>,
+                "the tour describes the default stack: update print_stack with the stack");
+  const auto& logging = rt.stack().upstream();
+  const auto& cache = logging.upstream();
+  std::printf("  stack: Statistics<Logging<Cached<Budget<AsyncCuda<%s>>>, FileSink>>\n"
+              "         (DefaultStack%s: outermost first; it tracks cross-stream uses)\n",
+              driver_type, std::is_same_v<D, CudaDriver> ? "" : "On<SimDriver>, the default stack on the simulator");
+  const auto budget = device_budget(rt.device_ordinal());
+  if (budget && budget->limit != static_cast<std::size_t>(-1)) {
+    std::printf("  budget: %s for ordinal %u (XLOGRT_BUDGET_BYTES)\n", size(budget->limit).c_str(),
+                rt.device_ordinal());
+  } else {
+    std::printf("  budget: none (XLOGRT_BUDGET_BYTES is unset: Budget counts, never refuses)\n");
+  }
+  const char* log = std::getenv(ENV_LOG_FILE);
+  if (logging.sink().active()) {
+    std::printf("  logging: on, every allocate and free to %s (XLOGRT_LOG_FILE)\n", log != nullptr ? log : "?");
+  } else {
+    std::printf("  logging: off (XLOGRT_LOG_FILE is unset: Logging passes every call through)\n");
+  }
+  std::printf("  cache: %s\n", cache.options().enabled ? "on (XLOGRT_CACHE unset or 1)"
+                                                        : "off (XLOGRT_CACHE=0: every call goes to the pool)");
+}
+
+/// Prints the Statistics layer's counters (the top of the default stack).
 template <class R>
 void print_statistics(const R& r) {
-  if constexpr (requires { r.snapshot(); }) {
-    const auto snap = r.snapshot();
-    std::printf("  statistics: %llu allocations, %llu frees, %llu refused; peak %zu bytes, %zu bytes in all\n",
-                static_cast<unsigned long long>(snap.total.allocations), static_cast<unsigned long long>(snap.total.frees),
-                static_cast<unsigned long long>(snap.total.failed), snap.total.peak_bytes, snap.total.total_bytes);
-    for (const auto& t : snap.tags) {
-      std::printf("    tag %u: %llu allocations, peak %zu bytes\n", t.tag.value,
-                  static_cast<unsigned long long>(t.counters.allocations), t.counters.peak_bytes);
-    }
-  } else if constexpr (requires { r.upstream(); }) {
-    print_statistics(r.upstream());
+  const auto snap = r.snapshot();
+  std::printf("  Statistics (what the threads held): %llu allocations, %llu frees, %llu refused, %s handed out in all\n",
+              static_cast<unsigned long long>(snap.total.allocations), static_cast<unsigned long long>(snap.total.frees),
+              static_cast<unsigned long long>(snap.total.failed), size(snap.total.total_bytes).c_str());
+  for (const auto& t : snap.tags) {
+    std::printf("    tag %u (thread %u): %llu allocations, at most %s held at once\n", t.tag.value, t.tag.value - 1,
+                static_cast<unsigned long long>(t.counters.allocations), size(t.counters.peak_bytes).c_str());
   }
 }
 
-/// Prints what the caching layer did, wherever it sits in the stack.
+/// Prints what the caching layer (Cached, under Statistics and Logging) did.
 template <class R>
-void print_cache(const R& r) {
-  if constexpr (requires { r.stats().cross_stream_moves; }) {
-    const CacheStats s = r.stats();
-    std::printf("  cache: %llu hits, %llu from a stream's depot, %llu moved across streams, %llu from the pool; "
-                "%zu bytes cached now%s\n",
-                static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.depot_hits),
-                static_cast<unsigned long long>(s.cross_stream_moves), static_cast<unsigned long long>(s.misses),
-                s.cached_bytes, r.options().enabled ? "" : " (XLOGRT_CACHE=0: off)");
-  } else if constexpr (requires { r.upstream(); }) {
-    print_cache(r.upstream());
-  }
+void print_cache(const R& cache) {
+  const CacheStats s = cache.stats();
+  std::printf("  Cached (freed blocks kept for the next allocations): of %llu allocations, %llu came from the\n"
+              "    thread's own bin, %llu from its stream's depot (blocks other threads freed), %llu moved across\n"
+              "    streams (their free complete on the GPU) and %llu from the pool (a driver call); %s cached now%s\n",
+              static_cast<unsigned long long>(s.allocations()), static_cast<unsigned long long>(s.hits),
+              static_cast<unsigned long long>(s.depot_hits), static_cast<unsigned long long>(s.cross_stream_moves),
+              static_cast<unsigned long long>(s.misses), size(s.cached_bytes).c_str(),
+              cache.options().enabled ? "" : " (the layer is off)");
 }
 
 /// Flushes the Logging layer's sink, wherever it sits in the stack.
@@ -94,9 +142,12 @@ bool snapshot_on_failure(Runtime& rt, const char* path) {
   auto failed = stack.allocate(too_much, StreamId{2}, AllocTag{40});
   const auto snap = stack.snapshot();
   const auto saved = snap.save(path);
-  std::printf("  snapshot: a %zu-byte request %s; %zu blocks (%zu bytes) were live; %s %s\n", too_much,
-              failed ? "succeeded (unexpected)" : "failed", snap.blocks.size(), snap.bytes(),
-              saved ? "written to" : "not written:", saved ? path : saved.error().what().c_str());
+  std::printf("\nan engine step on LiveBlocks<AsyncCuda>: weights, activations on three streams, a workspace, then\n"
+              "a request for twice the device (%s), which %s\n"
+              "  snapshot at the failure: %zu blocks live (%s), the refused request recorded; %s %s\n",
+              size(too_much).c_str(), failed ? "succeeded (a bug)" : "fails, as it must", snap.blocks.size(),
+              size(snap.bytes()).c_str(), saved ? "written to" : "not written:",
+              saved ? path : saved.error().what().c_str());
   for (auto& b : held) fine = stack.deallocate(std::move(b)).has_value() && fine;
   fine = stack.reap_pending().has_value() && fine;
   return fine && !failed && saved && snap.blocks.size() == held.size() && snap.last_failure.has_value();
@@ -107,12 +158,17 @@ constexpr int ROUNDS = 200;
 constexpr std::size_t BYTES = 256 * 1024;
 
 template <class Runtime>
-int tour(Runtime& rt, const char* driver_name, const char* snapshot_path) {
+int tour(Runtime& rt, const char* where, const char* driver_type, const char* snapshot_path) {
   const auto& info = rt.device()->info();
-  std::printf("xlogrt tour on %s: ordinal %u, %s, %.1f GiB, %zu streams, stack %s\n", driver_name,
-              rt.device_ordinal(), info.name.c_str(), static_cast<double>(info.total_bytes) / (1u << 30),
-              rt.streams()->size(), Runtime::supports_block_use_tracking ? "tracks cross-stream uses" : "does not track");
+  std::printf("xlogrt tour on %s\n  device: ordinal %u, %s, %s, %zu streams in the runtime's pool\n", where,
+              rt.device_ordinal(), info.name.c_str(), size(info.total_bytes).c_str(), rt.streams()->size());
+  print_stack(rt, driver_type);
 
+  std::printf("\nworkload: %d threads at once, %d rounds each. In a round, thread t allocates a %s block on\n"
+              "stream t, fills it there, reads it back to the host on stream t+1 (prepare/finish_block_use\n"
+              "make t+1 wait for the fill), frees it at once (the free waits for the read), then waits\n"
+              "for the read and checks every byte.\n",
+              THREADS, ROUNDS, size(BYTES).c_str());
   std::atomic<long> verified{0}, wrong{0}, errors{0};
   std::atomic<std::size_t> peak{0};
   const auto t0 = std::chrono::steady_clock::now();
@@ -136,7 +192,9 @@ int tour(Runtime& rt, const char* driver_name, const char* snapshot_path) {
           ++errors;
           return;
         }
-        peak.store(std::max(peak.load(), rt.bytes_outstanding()));
+        const std::size_t now = rt.bytes_outstanding();
+        for (std::size_t seen = peak.load(); now > seen && !peak.compare_exchange_weak(seen, now);) {
+        }
         const auto value = static_cast<std::uint8_t>(t * 31 + i);
         // Producer writes on its stream; the consumer reads on another stream.
         bool fine = rt.prepare_block_use(b->id(), producer, Access::Write).has_value() &&
@@ -161,15 +219,26 @@ int tour(Runtime& rt, const char* driver_name, const char* snapshot_path) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::size_t queued = rt.bytes_outstanding();
   const bool reaped = rt.reap_pending().has_value();
-  std::printf("  %d threads x %d rounds: write on stream t, read on stream t+1, free on t\n", THREADS, ROUNDS);
-  std::printf("  reads verified: %ld, wrong: %ld, errors: %ld, %.1f us per round\n", verified.load(),
-              wrong.load(), errors.load(), secs * 1e6 / (THREADS * ROUNDS));
-  std::printf("  bytes outstanding: peak %zu, after the run %zu (queued frees), after reap_pending %zu\n",
-              peak.load(), queued, reaped ? rt.bytes_outstanding() : queued);
+  const auto snap = rt.stack().snapshot();
+  std::printf("  reads checked: %ld right, %ld wrong, %ld rounds failed with an error\n", verified.load(), wrong.load(),
+              errors.load());
+  std::printf("  time: %.3f s of wall time; a thread's round took %.1f us on average; %.0f rounds per second\n"
+              "        in all (the figures of %s, with the checks and the host copy)\n",
+              secs, secs * 1e6 / ROUNDS, THREADS * ROUNDS / secs, where);
+  std::printf("  memory, two peaks:\n"
+              "    held by the threads at once, at most %s (Statistics' peak: blocks allocated and not yet\n"
+              "      freed, an upper bound when several threads allocate; %d threads x %s is the most\n"
+              "      the workload can hold)\n"
+              "    outstanding, at most %s (bytes_outstanding(), read after each allocation: the blocks held\n"
+              "      plus frees queued on a stream that no reap has yet seen complete)\n",
+              size(snap.total.peak_bytes).c_str(), THREADS, size(BYTES).c_str(), size(peak.load()).c_str());
+  std::printf("    outstanding after the run: %s (queued frees), after reap_pending: %s\n", size(queued).c_str(),
+              size(reaped ? rt.bytes_outstanding() : queued).c_str());
   print_statistics(rt.stack());
-  print_cache(rt.stack());
+  print_cache(rt.stack().upstream().upstream());
   auto zero = rt.allocate(0);
-  std::printf("  a zero-byte request: %s\n", zero ? "accepted (bug)" : zero.error().what().c_str());
+  std::printf("  a zero-byte request: %s\n",
+              zero ? "accepted (a bug)" : ("refused, as bad input is: " + zero.error().what()).c_str());
   const bool flushed = flush_log(rt.stack()).has_value();
   if (const char* log = std::getenv(ENV_LOG_FILE); log != nullptr && *log != '\0') {
     std::printf("  log: %s%s\n", log, flushed ? "" : " (some records were dropped)");
@@ -185,7 +254,7 @@ int main(int argc, char** argv) {
   auto cuda = CudaDriver::open();
   if (cuda) {
     auto rt = DeviceRuntime<DefaultStack>::try_get(0);
-    if (rt) return tour(**rt, "the GPU (CudaDriver)", snapshot_path);
+    if (rt) return tour(**rt, "the GPU (CudaDriver)", "CudaDriver", snapshot_path);
     std::printf("xlogrt: the CUDA driver loaded but ordinal 0 did not open: %s\n", rt.error().what().c_str());
   } else {
     std::printf("xlogrt: no GPU here (%s)\n", cuda.error().what().c_str());
@@ -196,9 +265,9 @@ int main(int argc, char** argv) {
     std::printf("xlogrt: SimDriver failed: %s\n", rt.error().what().c_str());
     return 1;
   }
-  const int rc = tour(**rt, "SimDriver", snapshot_path);
+  const int rc = tour(**rt, "SimDriver, the simulated GPU", "SimDriver", snapshot_path);
   const auto hazards = (*rt)->driver().hazards();
-  std::printf("  cross-stream hazards the simulator found: %zu\n", hazards.size());
+  std::printf("\ncross-stream hazards the simulator found (a use racing a free or a write): %zu\n", hazards.size());
   for (const auto& h : hazards) std::printf("    %s\n", to_string(h).c_str());
   return rc != 0 || !hazards.empty() ? 1 : 0;
 }

@@ -343,25 +343,25 @@ int run_bench(D& drv, const char* where, int rounds, int per_round, long pairs_p
 
   const Summary ps = summarize(pair.ns);
   const Summary es = summarize(empty.ns);
-  std::printf("| case | driver calls per use: records / waits / context checks / other | median ns | p99 ns "
-              "| floor: the same raw calls, median / p99 ns | ratio to floor (median) "
-              "| ratio to one raw record + wait (median) |\n|---|---|---|---|---|---|---|\n");
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const Summary t = summarize(tracked[i].ns);
-    const PerUse& u = per_use[i];
-    char floor_col[64] = "none (no call)";
-    char floor_ratio[32] = "-";
-    if (!floors[i].ns.empty()) {
-      const Summary f = summarize(floors[i].ns);
-      std::snprintf(floor_col, sizeof floor_col, "%.0f / %.0f", f.median, f.p99);
-      std::snprintf(floor_ratio, sizeof floor_ratio, "%.2f", t.median / f.median);
+  {
+    Table t("", {"case", "driver calls per use: records / waits / context checks / other", "median ns", "p99 ns",
+                 "floor: the same raw calls, median / p99 ns", "ratio to floor (median)",
+                 "ratio to one raw record + wait (median)"});
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      const Summary tr = summarize(tracked[i].ns);
+      const PerUse& u = per_use[i];
+      std::string floor_col = "none (no call)", floor_ratio = "-";
+      if (!floors[i].ns.empty()) {
+        const Summary f = summarize(floors[i].ns);
+        floor_col = fmt("%.0f / %.0f", f.median, f.p99);
+        floor_ratio = fmt("%.2f", tr.median / f.median);
+      }
+      t.row(tracked[i].name, fmt("%.2f / %.2f / %.2f / %.2f", u.records, u.waits, u.contexts, u.other),
+            fmt("%.0f", tr.median), fmt("%.0f", tr.p99), floor_col, floor_ratio, fmt("%.3f", tr.median / ps.median));
     }
-    std::printf("| %s | %.2f / %.2f / %.2f / %.2f | %.0f | %.0f | %s | %s | %.3f |\n", tracked[i].name.c_str(),
-                u.records, u.waits, u.contexts, u.other, t.median, t.p99, floor_col, floor_ratio,
-                t.median / ps.median);
+    t.row(pair.name, "1 / 1 / 0 / 0", fmt("%.0f", ps.median), fmt("%.0f", ps.p99), "-", "-", "1.000");
+    t.row(empty.name, "-", fmt("%.0f", es.median), fmt("%.0f", es.p99), "-", "-", "-");
   }
-  std::printf("| %s | 1 / 1 / 0 / 0 | %.0f | %.0f | - | - | 1.000 |\n", pair.name.c_str(), ps.median, ps.p99);
-  std::printf("| %s | - | %.0f | %.0f | - | - | - |\n\n", empty.name.c_str(), es.median, es.p99);
 
   // The target for a use on the block's own stream is no driver call at all.
   const PerUse& same = per_use[0];
@@ -371,9 +371,9 @@ int run_bench(D& drv, const char* where, int rounds, int per_round, long pairs_p
               same.records, same.waits, same.contexts, same.other, same_calls == 0 ? "met" : "NOT met");
 
   // Threads, each on its own stream(s) with its own 16 blocks.
-  std::printf("## threads, each with its own blocks: aggregate prepare + finish pairs per second\n\n"
-              "| threads | same stream (own stream t) | cross-stream read (blocks of stream t read on stream 8+t) "
-              "| raw cuEventRecord on stream 8+t | cross-stream / raw |\n|---|---|---|---|---|\n");
+  Table table("threads, each with its own blocks: aggregate prepare + finish pairs per second",
+              {"threads", "same stream (own stream t)", "cross-stream read (blocks of stream t read on stream 8+t)",
+               "raw cuEventRecord on stream 8+t", "cross-stream / raw"});
   for (int threads : {1, 2, 4, 8}) {
     double rate[3] = {0, 0, 0};
     for (int which = 0; which < 3; ++which) {
@@ -422,7 +422,8 @@ int run_bench(D& drv, const char* where, int rounds, int per_round, long pairs_p
       must(rt.reap_pending(), "reap_pending");
       for (std::uint32_t k = 0; k < 16; ++k) (void)drv.stream_synchronize(*(*streams)->get(S(k)));
     }
-    std::printf("| %d | %.0f | %.0f | %.0f | %.3f |\n", threads, rate[0], rate[1], rate[2], rate[1] / rate[2]);
+    table.row(std::to_string(threads), fmt("%.0f", rate[0]), fmt("%.0f", rate[1]), fmt("%.0f", rate[2]),
+              fmt("%.3f", rate[1] / rate[2]));
   }
 
   for (auto& b : blocks) must(rt.deallocate(std::move(b)), "deallocate");
@@ -441,15 +442,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: tracking_cost [rounds=200] [uses-per-round=100] [pairs-per-thread=100000]\n");
     return 2;
   }
-  if (auto cuda = CudaDriver::open()) {
-    return run_bench(**cuda, "the GPU (CudaDriver)", rounds, per_round, pairs_per_thread);
-  } else {
-    std::printf("no GPU here (%s): measuring SimDriver, figures are the simulator's\n\n",
-                cuda.error().what().c_str());
-  }
   // The manual executor runs simulated operations only when a stream is synchronised,
   // so nothing runs while a use is timed: the figures are the calls' own host cost, not
   // lock contention with the simulator's executor threads.
-  SimDriver sim(SimConfig{.devices = 1, .executor = SimExecutor::manual});
-  return run_bench(sim, "SimDriver (manual executor)", rounds, per_round, pairs_per_thread);
+  return on_gpu_or_sim(
+      [&](auto& drv, const char* where) { return run_bench(drv, where, rounds, per_round, pairs_per_thread); },
+      SimConfig{.devices = 1, .executor = SimExecutor::manual}, "SimDriver (manual executor)");
 }

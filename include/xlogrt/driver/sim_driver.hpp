@@ -232,7 +232,7 @@ inline std::string to_string(const SimHazard& h) {
 }
 
 /// A simulated GPU that models the Driver concept (see driver/concept.hpp and
-/// DESIGN.md, "The simulated driver").
+/// docs/architecture.md, "The Driver contract").
 ///
 /// Handles are pointers to simulated objects; a value-initialised stream_t is the
 /// legacy default stream of the calling thread's current context. Streams are created

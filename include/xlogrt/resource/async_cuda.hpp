@@ -127,8 +127,8 @@ class AsyncCuda {
   /// The common case, a block used on its alloc stream only (nothing to wait for, no
   /// event held), makes no result but the one it returns; every other case, bad input
   /// included, goes to free_general, which also says why a block was refused. Forced
-  /// inline, as GCC inlines allocate by itself: the call, its six saved registers and the
-  /// spills around the driver call cost 17 instructions per pair.
+  /// inline, as GCC inlines allocate by itself: out of line, the pair would pay for the
+  /// call, its saved registers and the spills around the driver call.
   [[gnu::always_inline]] result<void> deallocate(DeviceBlock&& b) noexcept {
     if (!detail::valid_block(b, ordinal_) || !streams_->contains(b.alloc_stream())) [[unlikely]] {
       return free_general(std::move(b));

@@ -15,7 +15,7 @@
 // (RecyclingResource: the uses tracked on other streams are ordered before its alloc
 // stream S, as a free would order them, and its id goes stale), then keeps the new block
 // in the calling thread's bin for (S, class). A bin holds a few blocks; when it is full,
-// half of it moves to S's depot, which every thread shares (under the depot's mutex). An
+// half of it moves to S's depot, which every thread shares (under the depot's spin lock). An
 // allocation on S takes from the thread's bin, else refills the bin from S's depot,
 // else tries another stream's depot (below), else allocates from the upstream.
 //

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// The resource contract (see DESIGN.md, "The resource contract").
+// The resource contract (see docs/architecture.md, "The resource contract").
 //
 // A resource hands out stream-ordered DeviceBlocks of one device ordinal. Resources are
 // class templates over their upstream (`Budget<Logging<AsyncCuda<D>>>`): the stack is one
