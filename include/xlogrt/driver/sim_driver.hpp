@@ -95,6 +95,12 @@ struct SimConfig {
   std::size_t max_hazards = 4096;                          ///< reports kept; later ones are counted
   std::uint8_t poison_byte = 0xDD;                         ///< fills freed memory
   std::uint8_t uninit_byte = 0xA5;                         ///< fills fresh allocations
+  /// Fill fresh device allocations with uninit_byte and freed ones with poison_byte.
+  /// false: device bytes change only when an operation writes them, for runs that
+  /// never read what they did not write (the fuzzer: the fills touch every page of
+  /// every block, and are most of what such a run costs). The checker's verdicts do not
+  /// depend on it.
+  bool fill_memory = true;
   int compute_capability_major = 9;
   int compute_capability_minor = 0;
   int multiprocessor_count = 132;
@@ -1023,12 +1029,12 @@ inline int SimDriver::execute_locked(Stream& s, Op& op, Lock& lk) {
   (void)s;
   switch (op.kind) {
     case OpKind::mem_alloc_async: {
-      if (std::byte* p = translate_locked(op.dst, op.bytes))
+      if (std::byte* p = translate_locked(op.dst, op.bytes); p != nullptr && cfg_.fill_memory)
         std::memset(p, cfg_.uninit_byte, op.bytes);
       return 0;
     }
     case OpKind::mem_free_async: {
-      if (std::byte* p = translate_locked(op.dst, op.bytes))
+      if (std::byte* p = translate_locked(op.dst, op.bytes); p != nullptr && cfg_.fill_memory)
         std::memset(p, cfg_.poison_byte, op.bytes);
       if (Device* dev = device_of(op.dst)) {
         for (auto& r : dev->recycled) {
@@ -1176,7 +1182,7 @@ inline void SimDriver::reset_device_locked(Device& dev, Lock& lk) {
   if (dev.ctx.retains != 0) return;  // retained again while draining
   const OpRef ref = host_op_locked(OpKind::context_reset);
   for (const auto& [addr, b] : dev.blocks) {
-    if (std::byte* p = translate_locked(addr, b.rounded))
+    if (std::byte* p = translate_locked(addr, b.rounded); p != nullptr && cfg_.fill_memory)
       std::memset(p, cfg_.poison_byte, b.rounded);
     if (cfg_.check_hazards) shadow_.free(addr, b.requested, ref, host_vc_, findings_);
   }
@@ -1640,7 +1646,7 @@ inline result<std::uint64_t> SimDriver::mem_alloc(std::size_t bytes) noexcept {
   const OpRef ref = host_op_locked(OpKind::mem_alloc);
   const std::uint64_t addr = dev.base + *off;
   register_block_locked(dev, addr, bytes, need, false);
-  std::memset(translate_locked(addr, need), cfg_.uninit_byte, need);
+  if (cfg_.fill_memory) std::memset(translate_locked(addr, need), cfg_.uninit_byte, need);
   if (cfg_.check_hazards) shadow_.allocate(addr, bytes, ref);
   return addr;
 }
@@ -1669,7 +1675,7 @@ inline result<void> SimDriver::mem_free(std::uint64_t ptr) noexcept {
     shadow_.free(ptr, b.requested, ref, host_vc_, findings_);
     record_locked();
   }
-  std::memset(translate_locked(ptr, b.rounded), cfg_.poison_byte, b.rounded);
+  if (cfg_.fill_memory) std::memset(translate_locked(ptr, b.rounded), cfg_.poison_byte, b.rounded);
   dev->recycled.push_back(
       detail::sim::Recycled{ptr - dev->base, b.rounded, ref, next_free_id_++, true});
   dev->allocated -= b.rounded;
