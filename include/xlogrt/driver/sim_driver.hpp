@@ -1270,8 +1270,10 @@ inline result<int> SimDriver::device_attribute(device_t dev, DeviceAttr attr) no
     case DeviceAttr::compute_capability_minor: return cfg_.compute_capability_minor;
     case DeviceAttr::multiprocessor_count: return cfg_.multiprocessor_count;
   }
-  return fail(Call::device_attribute, status::invalid_value,
-              "reading an attribute the simulator does not know");
+  // The caller's mistake, not a driver status: refused as CudaDriver refuses it.
+  return error{errc::invalid_argument,
+               "device_attribute: DeviceAttr value " + std::to_string(static_cast<int>(attr)) +
+                   " is not one SimDriver knows; pass a named DeviceAttr"};
 }
 
 inline result<SimDriver::context_t> SimDriver::primary_ctx_retain(device_t dev) noexcept {
