@@ -177,8 +177,8 @@ class BlockTable {
   /// anew); f lets go of what the block held.
   template <class F>
   result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
-    Slot* slot = nullptr;
-    if (auto e = lock_live(id, Lookup::free, block, slot); e) [[unlikely]] return std::move(*e);
+    Slot* slot = lock_if_live(id, block);
+    if (slot == nullptr) [[unlikely]] return refused(id, Lookup::free);
     if (result<void> r = f(slot->entry); !r) [[unlikely]] {
       slot->mu.unlock();
       return r;
