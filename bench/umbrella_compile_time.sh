@@ -4,7 +4,7 @@
 # that includes only <xlogrt/runtime.hpp>, against one that includes only the non-xlogrt
 # headers the umbrella's own headers include (the standard library, cuda.h, dlfcn.h...:
 # the floor no header-only library on them can go below). Prints the median of N
-# compiles of each, their ratio, and the preprocessed size of each TU.
+# compiles of each (wall and CPU time), their ratio, and the preprocessed size of each TU.
 # A measurement, not a test: the figure depends on the machine and its load.
 # usage: bench/umbrella_compile_time.sh [runs=5]   (CXX, CUDA_PATH are honoured)
 set -euo pipefail
@@ -29,21 +29,24 @@ printf '#include <xlogrt/runtime.hpp>\n' > "$tmp/umbrella.cpp"
                  if (n > 1 && stack[n - 1] ~ /xlogrt\// && $2 !~ /xlogrt\//) print $2 }' |
   sort -u | sed 's/.*/#include "&"/' > "$tmp/baseline.cpp"
 
-median_s() {  # the median wall time of $runs compiles of $1, in seconds
-  local i t0 t1
+# The median of $runs compiles of $1: "wall cpu" in seconds, cpu being the compiler's
+# user + system time (what a loaded machine inflates least).
+median_s() {
+  local i TIMEFORMAT='%3R %3U %3S'
   for i in $(seq "$runs"); do
-    t0=$(date +%s%N)
-    "$cxx" "${flags[@]}" -c "$1" -o "$tmp/out.o"
-    t1=$(date +%s%N)
-    echo $(( (t1 - t0) / 1000000 ))
-  done | sort -n | awk '{ a[NR] = $1 } END { printf "%.2f", a[int((NR + 1) / 2)] / 1000 }'
+    { time "$cxx" "${flags[@]}" -c "$1" -o "$tmp/out.o"; } 2>&1
+  done > "$tmp/times"
+  local mid=$(( (runs + 1) / 2 ))
+  printf '%s %s' "$(awk '{ print $1 }' "$tmp/times" | sort -n | sed -n "${mid}p")" \
+    "$(awk '{ printf "%.3f\n", $2 + $3 }' "$tmp/times" | sort -n | sed -n "${mid}p")"
 }
 lines() { "$cxx" "${flags[@]}" -E -P "$1" | wc -l; }
 
-u=$(median_s "$tmp/umbrella.cpp")
-b=$(median_s "$tmp/baseline.cpp")
+read -r uw uc <<< "$(median_s "$tmp/umbrella.cpp")"
+read -r bw bc <<< "$(median_s "$tmp/baseline.cpp")"
 echo "# $cxx -O2, median of $runs compiles ($(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg))"
-printf '| TU | seconds | preprocessed lines |\n| --- | --- | --- |\n'
-printf '| #include <xlogrt/runtime.hpp> | %s | %s |\n' "$u" "$(lines "$tmp/umbrella.cpp")"
-printf '| the %s outside headers it includes | %s | %s |\n' "$(wc -l < "$tmp/baseline.cpp")" "$b" "$(lines "$tmp/baseline.cpp")"
-awk -v u="$u" -v b="$b" 'BEGIN { printf "umbrella / baseline: %.2f\n", u / b }'
+printf '| TU | wall s | cpu s | preprocessed lines |\n| --- | --- | --- | --- |\n'
+printf '| #include <xlogrt/runtime.hpp> | %s | %s | %s |\n' "$uw" "$uc" "$(lines "$tmp/umbrella.cpp")"
+printf '| the %s outside headers it includes | %s | %s | %s |\n' "$(wc -l < "$tmp/baseline.cpp")" "$bw" "$bc" \
+  "$(lines "$tmp/baseline.cpp")"
+awk -v u="$uc" -v b="$bc" 'BEGIN { printf "umbrella / baseline (cpu): %.2f\n", u / b }'

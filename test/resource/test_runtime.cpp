@@ -4,7 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <xlogrt/driver/sim_driver.hpp>
@@ -19,7 +23,29 @@ SimDriver& process_sim() {
   REQUIRE(s.has_value());
   return **s;
 }
+
+// A stack chosen at run time, as a program would choose it: the environment says whether
+// a DebugGuard goes over the base resource, and nothing is recompiled.
+using Guarded = DebugGuard<AsyncCuda<SimDriver>>;
+using AnyRuntime = DeviceRuntime<AnyResource, SimDriver>;
+constexpr const char* GUARD_ENV = "XLOGRT_TEST_DEBUG_GUARD";
+
+result<AnyResource> stack_from_env(const std::shared_ptr<StreamPool<SimDriver>>& streams) noexcept {
+  auto base = AsyncCuda<SimDriver>::create(streams);
+  if (!base) return std::move(base).error();
+  const char* v = std::getenv(GUARD_ENV);
+  if (v != nullptr && std::string_view(v) == "1") return AnyResource{Guarded(std::move(*base))};
+  return AnyResource{std::move(*base)};
+}
 }  // namespace
+
+// What DeviceRuntime<AnyResource>::try_get builds.
+template <>
+struct xlogrt::StackBuilder<AnyResource> {
+  static result<AnyResource> build(const std::shared_ptr<StreamPool<SimDriver>>& streams) noexcept {
+    return stack_from_env(streams);
+  }
+};
 
 TEST_CASE("try_get returns the same singleton for an ordinal", "[runtime]") {
   auto a = SimRuntime::try_get(0);
@@ -175,4 +201,55 @@ TEST_CASE("weak spot: DeviceRuntime::create refuses a pool and a stack of differ
   REQUIRE(rt->deallocate(std::move(*b)).has_value());
   REQUIRE(rt->reap_pending().has_value());
   CHECK(!Rt::create(nullptr, stack_on(p0)));
+}
+
+TEST_CASE("DeviceRuntime<AnyResource> runs the stack the environment chose", "[runtime][any_resource]") {
+  STATIC_REQUIRE(std::is_same_v<DeviceRuntime<AnyResource>::driver_type, CudaDriver>);  // by default
+  STATIC_REQUIRE(std::is_same_v<AnyRuntime::driver_type, SimDriver>);
+  STATIC_REQUIRE(AnyRuntime::supports_block_use_tracking);
+  SimDriver sim{SimConfig{}};
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+
+  for (const char* guard : {"0", "1"}) {
+    INFO(GUARD_ENV << "=" << guard);
+    REQUIRE(::setenv(GUARD_ENV, guard, 1) == 0);
+    auto stack = stack_from_env(*pool);
+    REQUIRE(stack.has_value());
+    AnyRuntime rt(*pool, std::move(*stack));
+    const bool guarded = guard[0] == '1';
+    CHECK((rt.stack().target<Guarded>() != nullptr) == guarded);
+    CHECK((rt.stack().target<AsyncCuda<SimDriver>>() != nullptr) == !guarded);
+
+    auto b = rt.allocate(4096, StreamId{1}, AllocTag{5});
+    REQUIRE(b.has_value());
+    REQUIRE(rt.prepare_block_use(b->id(), StreamId{1}, Access::Write).has_value());
+    // 8 bytes past the block: into the back guard when there is one.
+    REQUIRE(rt.driver().memset_d8_async(b->ptr(), 0x22, 4096 + 8, *rt.stream(StreamId{1})).has_value());
+    REQUIRE(rt.finish_block_use(b->id(), StreamId{1}, Access::Write).has_value());
+    auto freed = rt.deallocate(std::move(*b));
+    CHECK(freed.has_value() == !guarded);
+    if (guarded) {
+      CHECK(freed.error().code() == errc::guard_corrupted);
+    }
+    REQUIRE(rt.reap_pending().has_value());
+    CHECK(rt.bytes_outstanding() == 0);
+  }
+  REQUIRE(::unsetenv(GUARD_ENV) == 0);
+}
+
+TEST_CASE("DeviceRuntime<AnyResource>::try_get builds through StackBuilder<AnyResource>",
+          "[runtime][any_resource]") {
+  REQUIRE(::setenv(GUARD_ENV, "1", 1) == 0);
+  auto rt = AnyRuntime::try_get(0);
+  REQUIRE(::unsetenv(GUARD_ENV) == 0);
+  REQUIRE(rt.has_value());
+  CHECK((*rt)->stack().target<Guarded>() != nullptr);  // chosen when it was built
+  CHECK(*AnyRuntime::try_get(0) == *rt);
+  auto b = (*rt)->allocate(512);
+  REQUIRE(b.has_value());
+  REQUIRE((*rt)->deallocate(std::move(*b)).has_value());
+  REQUIRE((*rt)->reap_pending().has_value());
 }

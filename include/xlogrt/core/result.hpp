@@ -1,97 +1,47 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// result<T>: the value of a fallible call, or the error that says why it failed.
-// Errors are values in xlogrt: nothing on a hot path throws, nothing aborts on bad
-// input. An error carries a code (what kind of failure), a sentence a person can act
-// on (what failed, with which ordinal / stream / tag / bytes), and the driver status
-// when a driver call was the cause.
+// result<T>: the value of a fallible call, or the error that says why it failed, in the
+// shape of std::expected<T, xlogrt::error>. Errors are values in xlogrt: nothing on a hot
+// path throws, nothing aborts on bad input.
+//
+// Two ways in: `*r` / `r->` are unchecked (a debug build asserts), for code that has
+// tested `r` already, as every hot path does; `r.value()` is checked and throws
+// bad_result_access, carrying the error, when there is none. The monadic members
+// (and_then, transform, or_else, transform_error) and value_or compose calls without
+// an `if (!r) return r.error();` at every step.
 
+#include <cassert>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <type_traits>
 #include <utility>
 
+#include "xlogrt/core/error.hpp"
+
 namespace xlogrt {
 
-/// What went wrong. Every public fallible call documents which of these it returns.
-enum class errc : std::uint8_t {
-  invalid_argument = 1,  ///< a parameter outside its documented range
-  zero_bytes,            ///< an allocation of zero bytes
-  too_large,             ///< a request larger than the device could ever hold
-  out_of_memory,         ///< the device (or its pool) has no room right now
-  out_of_budget,         ///< the per-device budget refused the request
-  empty_block,           ///< a moved-from or default-constructed DeviceBlock
-  double_free,           ///< a block that was already freed
-  stale_block,           ///< a BlockId whose block has been freed
-  foreign_block,         ///< a block of another resource, runtime or ordinal
-  stream_misuse,         ///< a stream call the stack cannot honour (e.g. no tracking)
-  unknown_stream,        ///< a StreamId the pool does not have
-  invalid_ordinal,       ///< a device ordinal out of range
-  no_driver,             ///< libcuda could not be loaded
-  driver_too_old,        ///< libcuda lacks an entry point or version xlogrt needs
-  no_device,             ///< the driver works but the device does not exist / open
-  driver_error,          ///< any other driver status (see driver_status())
-  guard_corrupted,       ///< DebugGuard found an overwritten guard byte
-  stream_fault,          ///< the stream's context faulted before the point was reached
-  cancelled,             ///< the waiter was cancelled (reactor shut down)
-  shutting_down,         ///< the process is exiting; no driver call is made
-  sink_failure,          ///< a log sink could not write
-};
+template <class T>
+class result;
 
-/// Stable, snake_case name of a code ("double_free").
-constexpr std::string_view to_string(errc c) noexcept {
-  switch (c) {
-    case errc::invalid_argument: return "invalid_argument";
-    case errc::zero_bytes: return "zero_bytes";
-    case errc::too_large: return "too_large";
-    case errc::out_of_memory: return "out_of_memory";
-    case errc::out_of_budget: return "out_of_budget";
-    case errc::empty_block: return "empty_block";
-    case errc::double_free: return "double_free";
-    case errc::stale_block: return "stale_block";
-    case errc::foreign_block: return "foreign_block";
-    case errc::stream_misuse: return "stream_misuse";
-    case errc::unknown_stream: return "unknown_stream";
-    case errc::invalid_ordinal: return "invalid_ordinal";
-    case errc::no_driver: return "no_driver";
-    case errc::driver_too_old: return "driver_too_old";
-    case errc::no_device: return "no_device";
-    case errc::driver_error: return "driver_error";
-    case errc::guard_corrupted: return "guard_corrupted";
-    case errc::stream_fault: return "stream_fault";
-    case errc::cancelled: return "cancelled";
-    case errc::shutting_down: return "shutting_down";
-    case errc::sink_failure: return "sink_failure";
-  }
-  return "unknown";
-}
-
-/// A failure: code, human sentence, and the driver status when a driver call failed
-/// (0 otherwise). Copyable; cheap to move.
-class error {
+/// Thrown by result<T>::value() on a result that holds an error (as
+/// std::bad_expected_access is): the one place in xlogrt's core that throws, at the
+/// caller's request. Carries the error; what() is the error's what().
+class bad_result_access : public std::exception {
  public:
-  error(errc code, std::string message, int driver_status = 0) noexcept
-      : message_(std::move(message)), driver_status_(driver_status), code_(code) {}
-
-  errc code() const noexcept { return code_; }
-  const std::string& message() const noexcept { return message_; }
-  int driver_status() const noexcept { return driver_status_; }
-
-  /// "double_free: block 3#7 of ordinal 0 was already freed"
-  std::string what() const {
-    std::string s(to_string(code_));
-    s += ": ";
-    s += message_;
-    return s;
-  }
+  explicit bad_result_access(xlogrt::error e) : error_(std::move(e)), what_(error_.what()) {}
+  const xlogrt::error& error() const& noexcept { return error_; }
+  xlogrt::error&& error() && noexcept { return std::move(error_); }
+  const char* what() const noexcept override { return what_.c_str(); }
 
  private:
-  std::string message_;
-  int driver_status_;
-  errc code_;
+  xlogrt::error error_;
+  std::string what_;
 };
 
 namespace detail {
@@ -103,6 +53,26 @@ namespace detail {
   std::construct_at(to, std::move(from));
 }
 [[gnu::cold, gnu::noinline]] inline void destroy_error(error& e) noexcept { e.~error(); }
+
+// value() on an error: throws bad_result_access, or, built without exceptions, prints
+// the error and aborts (the caller asked for a value there is not).
+// Out of line, so that a checked value() adds only a flag test and a call to its caller.
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_bad_result_access(xlogrt::error&& e) {
+#if defined(__cpp_exceptions)
+  throw bad_result_access(std::move(e));
+#else
+  std::fprintf(stderr, "xlogrt: result::value() on an error: %s\n", e.what().c_str());
+  std::abort();
+#endif
+}
+[[noreturn, gnu::cold, gnu::noinline]] inline void throw_bad_result_access(const xlogrt::error& e) {
+  throw_bad_result_access(xlogrt::error(e));
+}
+
+template <class R>
+struct is_result : std::false_type {};
+template <class U>
+struct is_result<result<U>> : std::true_type {};
 }  // namespace detail
 
 /// Either a T or an error. Converts implicitly from both, so a function returns
@@ -198,21 +168,99 @@ class [[nodiscard]] result {
   bool has_value() const noexcept { return has_; }
   explicit operator bool() const noexcept { return has_value(); }
 
-  /// @pre has_value()
-  T& value() & noexcept { return value_; }
-  const T& value() const& noexcept { return value_; }
-  T&& value() && noexcept { return std::move(value_); }
-  T& operator*() & noexcept { return value(); }
-  const T& operator*() const& noexcept { return value(); }
-  T&& operator*() && noexcept { return std::move(*this).value(); }
-  T* operator->() noexcept { return &value(); }
-  const T* operator->() const noexcept { return &value(); }
+  /// The value. Unchecked: @pre has_value() (asserted in debug builds).
+  T& operator*() & noexcept { return (assert(has_), value_); }
+  const T& operator*() const& noexcept { return (assert(has_), value_); }
+  T&& operator*() && noexcept { return (assert(has_), std::move(value_)); }
+  T* operator->() noexcept { return (assert(has_), std::addressof(value_)); }
+  const T* operator->() const noexcept { return (assert(has_), std::addressof(value_)); }
 
-  /// @pre !has_value()
-  const xlogrt::error& error() const& noexcept { return err_; }
-  xlogrt::error&& error() && noexcept { return std::move(err_); }
+  /// The value. Checked: throws bad_result_access, carrying the error, when there is none.
+  T& value() & {
+    if (!has_) [[unlikely]] detail::throw_bad_result_access(err_);
+    return value_;
+  }
+  const T& value() const& {
+    if (!has_) [[unlikely]] detail::throw_bad_result_access(err_);
+    return value_;
+  }
+  T&& value() && {
+    if (!has_) [[unlikely]] detail::throw_bad_result_access(std::move(err_));
+    return std::move(value_);
+  }
+
+  /// The value, or `fallback` converted to T when there is none.
+  template <class U = std::remove_cv_t<T>>
+  T value_or(U&& fallback) const& {
+    static_assert(std::is_copy_constructible_v<T> && std::is_convertible_v<U&&, T>);
+    return has_ ? value_ : static_cast<T>(std::forward<U>(fallback));
+  }
+  template <class U = std::remove_cv_t<T>>
+  T value_or(U&& fallback) && {
+    static_assert(std::is_move_constructible_v<T> && std::is_convertible_v<U&&, T>);
+    return has_ ? std::move(value_) : static_cast<T>(std::forward<U>(fallback));
+  }
+
+  /// The error. Unchecked: @pre !has_value() (asserted in debug builds).
+  const xlogrt::error& error() const& noexcept { return (assert(!has_), err_); }
+  xlogrt::error&& error() && noexcept { return (assert(!has_), std::move(err_)); }
+
+  /// `f(value)`, a result<U>, or this error as a result<U>.
+  template <class F> auto and_then(F&& f) & { return and_then_(*this, std::forward<F>(f)); }
+  template <class F> auto and_then(F&& f) const& { return and_then_(*this, std::forward<F>(f)); }
+  template <class F> auto and_then(F&& f) && { return and_then_(std::move(*this), std::forward<F>(f)); }
+
+  /// `f(value)` as a result<U> (result<void> when f returns nothing), or this error.
+  template <class F> auto transform(F&& f) & { return transform_(*this, std::forward<F>(f)); }
+  template <class F> auto transform(F&& f) const& { return transform_(*this, std::forward<F>(f)); }
+  template <class F> auto transform(F&& f) && { return transform_(std::move(*this), std::forward<F>(f)); }
+
+  /// This value, or `f(error)`, a result<T> (which may recover, or fail otherwise).
+  template <class F> result or_else(F&& f) const& { return or_else_(*this, std::forward<F>(f)); }
+  template <class F> result or_else(F&& f) && { return or_else_(std::move(*this), std::forward<F>(f)); }
+
+  /// This value, or the xlogrt::error that `f(error)` returns (to add context, say).
+  template <class F> result transform_error(F&& f) const& { return transform_error_(*this, std::forward<F>(f)); }
+  template <class F> result transform_error(F&& f) && { return transform_error_(std::move(*this), std::forward<F>(f)); }
 
  private:
+  // The monadic members, once for every value category of *this.
+  template <class Self, class F>
+  static auto and_then_(Self&& self, F&& f) {
+    using R = std::remove_cvref_t<std::invoke_result_t<F, decltype((std::forward<Self>(self).value_))>>;
+    static_assert(detail::is_result<R>::value, "and_then: f must return an xlogrt::result");
+    if (self.has_) [[likely]] return std::invoke(std::forward<F>(f), std::forward<Self>(self).value_);
+    return R(std::forward<Self>(self).err_);
+  }
+  template <class Self, class F>
+  static auto transform_(Self&& self, F&& f) {
+    using U = std::remove_cv_t<std::invoke_result_t<F, decltype((std::forward<Self>(self).value_))>>;
+    if (self.has_) [[likely]] {
+      if constexpr (std::is_void_v<U>) {
+        std::invoke(std::forward<F>(f), std::forward<Self>(self).value_);
+        return result<void>();
+      } else {
+        return result<U>(std::invoke(std::forward<F>(f), std::forward<Self>(self).value_));
+      }
+    }
+    return result<U>(std::forward<Self>(self).err_);
+  }
+  template <class Self, class F>
+  static result or_else_(Self&& self, F&& f) {
+    using R = std::remove_cvref_t<std::invoke_result_t<F, decltype((std::forward<Self>(self).err_))>>;
+    static_assert(std::is_same_v<R, result>, "or_else: f must return a result of the same type");
+    if (self.has_) [[likely]] return result(std::forward<Self>(self).value_);
+    return std::invoke(std::forward<F>(f), std::forward<Self>(self).err_);
+  }
+  template <class Self, class F>
+  static result transform_error_(Self&& self, F&& f) {
+    using E = std::remove_cvref_t<std::invoke_result_t<F, decltype((std::forward<Self>(self).err_))>>;
+    static_assert(std::is_same_v<E, xlogrt::error>, "transform_error: f must return an xlogrt::error");
+    if (self.has_) [[likely]] return result(std::forward<Self>(self).value_);
+    return result(std::invoke(std::forward<F>(f), std::forward<Self>(self).err_));
+  }
+
+
   void become_error(xlogrt::error&& e) noexcept {
     if constexpr (!std::is_trivially_destructible_v<T>) value_.~T();
     std::construct_at(std::addressof(err_), std::move(e));
@@ -306,10 +354,73 @@ class [[nodiscard]] result<void> {
 
   bool has_value() const noexcept { return has_; }
   explicit operator bool() const noexcept { return has_value(); }
-  const xlogrt::error& error() const& noexcept { return err_; }
-  xlogrt::error&& error() && noexcept { return std::move(err_); }
+
+  /// Unchecked: @pre has_value() (asserted in debug builds). Does nothing.
+  void operator*() const noexcept { assert(has_); }
+  /// Checked: throws bad_result_access, carrying the error, when this is one.
+  void value() const& {
+    if (!has_) [[unlikely]] detail::throw_bad_result_access(err_);
+  }
+  void value() && {
+    if (!has_) [[unlikely]] detail::throw_bad_result_access(std::move(err_));
+  }
+
+  /// The error. Unchecked: @pre !has_value() (asserted in debug builds).
+  const xlogrt::error& error() const& noexcept { return (assert(!has_), err_); }
+  xlogrt::error&& error() && noexcept { return (assert(!has_), std::move(err_)); }
+
+  /// `f()`, a result<U>, on success; this error as a result<U> otherwise.
+  template <class F> auto and_then(F&& f) const& { return and_then_(*this, std::forward<F>(f)); }
+  template <class F> auto and_then(F&& f) && { return and_then_(std::move(*this), std::forward<F>(f)); }
+
+  /// `f()` as a result<U> (result<void> when f returns nothing) on success; this error otherwise.
+  template <class F> auto transform(F&& f) const& { return transform_(*this, std::forward<F>(f)); }
+  template <class F> auto transform(F&& f) && { return transform_(std::move(*this), std::forward<F>(f)); }
+
+  /// Success, or `f(error)`, a result<void>.
+  template <class F> result or_else(F&& f) const& { return or_else_(*this, std::forward<F>(f)); }
+  template <class F> result or_else(F&& f) && { return or_else_(std::move(*this), std::forward<F>(f)); }
+
+  /// Success, or the xlogrt::error that `f(error)` returns.
+  template <class F> result transform_error(F&& f) const& { return transform_error_(*this, std::forward<F>(f)); }
+  template <class F> result transform_error(F&& f) && { return transform_error_(std::move(*this), std::forward<F>(f)); }
 
  private:
+  template <class Self, class F>
+  static auto and_then_(Self&& self, F&& f) {
+    using R = std::remove_cvref_t<std::invoke_result_t<F>>;
+    static_assert(detail::is_result<R>::value, "and_then: f must return an xlogrt::result");
+    if (self.has_) [[likely]] return std::invoke(std::forward<F>(f));
+    return R(std::forward<Self>(self).err_);
+  }
+  template <class Self, class F>
+  static auto transform_(Self&& self, F&& f) {
+    using U = std::remove_cv_t<std::invoke_result_t<F>>;
+    if (self.has_) [[likely]] {
+      if constexpr (std::is_void_v<U>) {
+        std::invoke(std::forward<F>(f));
+        return result<void>();
+      } else {
+        return result<U>(std::invoke(std::forward<F>(f)));
+      }
+    }
+    return result<U>(std::forward<Self>(self).err_);
+  }
+  template <class Self, class F>
+  static result or_else_(Self&& self, F&& f) {
+    using R = std::remove_cvref_t<std::invoke_result_t<F, decltype((std::forward<Self>(self).err_))>>;
+    static_assert(std::is_same_v<R, result>, "or_else: f must return a result<void>");
+    if (self.has_) [[likely]] return result();
+    return std::invoke(std::forward<F>(f), std::forward<Self>(self).err_);
+  }
+  template <class Self, class F>
+  static result transform_error_(Self&& self, F&& f) {
+    using E = std::remove_cvref_t<std::invoke_result_t<F, decltype((std::forward<Self>(self).err_))>>;
+    static_assert(std::is_same_v<E, xlogrt::error>, "transform_error: f must return an xlogrt::error");
+    if (self.has_) [[likely]] return result();
+    return result(std::invoke(std::forward<F>(f), std::forward<Self>(self).err_));
+  }
+
   union {
     xlogrt::error err_;
   };

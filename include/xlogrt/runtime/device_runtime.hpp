@@ -3,6 +3,7 @@
 
 // DeviceRuntime<Stack>: one runtime per GPU ordinal, owning the device, its stream pool
 // and a resource stack; StackBuilder, which builds a Stack for DeviceRuntime::try_get.
+// The Stack is a compile-time stack, or AnyResource for one chosen at run time.
 
 #include <array>
 #include <atomic>
@@ -23,11 +24,25 @@
 #include "xlogrt/device/device.hpp"
 #include "xlogrt/device/stream_pool.hpp"
 #include "xlogrt/driver/concept.hpp"
+#include "xlogrt/driver/cuda_driver.hpp"
 #include "xlogrt/resource/concepts.hpp"
 
 namespace xlogrt {
 
 namespace detail {
+/// The driver of a runtime over Stack: the stack's own (a DriverResource names it), else
+/// the real driver (a stack without one, such as AnyResource, whose held stack may
+/// run on any driver).
+template <class Stack>
+struct runtime_driver {
+  using type = CudaDriver;
+};
+template <class Stack>
+  requires requires { typename Stack::driver_type; }
+struct runtime_driver<Stack> {
+  using type = typename Stack::driver_type;
+};
+
 /// The singleton table of one runtime type: a variable template rather than a static
 /// data member, because nvcc rejects an inline static member of the class's own
 /// (incomplete) type. Constant-initialised and trivially destructible, so it is readable
@@ -50,13 +65,18 @@ struct StackBuilder {
       return Stack::create(streams);
     } else if constexpr (std::is_constructible_v<Stack, std::shared_ptr<StreamPool<D>>>) {
       return Stack(streams);
-    } else {
+    } else if constexpr (requires(Stack& s) { s.upstream(); }) {
       using Up = std::remove_cvref_t<decltype(std::declval<Stack&>().upstream())>;
       static_assert(std::is_constructible_v<Stack, Up&&>,
                     "StackBuilder cannot build this stack: specialise xlogrt::StackBuilder<Stack>");
       auto up = StackBuilder<Up>::build(streams);
       if (!up) return std::move(up).error();
       return Stack(std::move(*up));
+    } else {
+      static_assert(sizeof(Stack) == 0,
+                    "StackBuilder cannot build this stack (no create(streams), no constructor from the "
+                    "pool, no upstream()): specialise xlogrt::StackBuilder<Stack>, as a "
+                    "DeviceRuntime<AnyResource>::try_get needs");
     }
   }
 };
@@ -81,13 +101,21 @@ struct StackBuilder {
 /// export it, as they do by default. A library built with -fvisibility=hidden gets its
 /// own table, hence its own runtime per ordinal (test/resource/two_lib_main.cpp shows both).
 ///
+/// The driver, D, is the stack's own driver_type. A stack chosen at run time,
+/// `DeviceRuntime<AnyResource>`, runs on the real driver unless D names another
+/// (`DeviceRuntime<AnyResource, SimDriver>`); the stack it holds must allocate from the
+/// runtime's device, which an owned runtime's caller and StackBuilder<AnyResource> see to.
+///
 /// Thread-safe: every member may be called from any thread (the Stack is thread-safe).
-template <DriverResource Stack>
+template <DeviceMemoryResource Stack, Driver D = typename detail::runtime_driver<Stack>::type>
 class DeviceRuntime {
+  static_assert(std::is_same_v<D, typename detail::runtime_driver<Stack>::type> ||
+                    !requires { typename Stack::driver_type; },
+                "DeviceRuntime<Stack, D>: D must be the stack's own driver_type");
+
  public:
   using stack_type = Stack;
-  using driver_type = typename Stack::driver_type;
-  using D = driver_type;
+  using driver_type = D;
   static constexpr std::uint32_t MAX_DEVICE_ORDINALS = 16;
   static constexpr std::size_t DEFAULT_STREAMS = 8;
   static constexpr bool supports_block_use_tracking = Stack::supports_block_use_tracking;
