@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <cstdlib>
 
 #include <xlogrt/resource/env_config.hpp>
@@ -57,4 +59,29 @@ TEST_CASE("the environment's configuration", "[env_config]") {
   REQUIRE(env.has_value());
   CHECK(env->budget_bytes == 1024u);
   CHECK(env->log_file == "x.csv");
+}
+
+TEST_CASE("weak spot: a budget of 2^63 bytes or more is refused, not taken as no budget", "[env_config]") {
+  for (const char* v : {"9223372036854775808", "9223372036854775807", "18446744073709551615", "8388608T"}) {
+    INFO(v);
+    auto c = parse_env_config(v, nullptr);
+    REQUIRE_FALSE(c);
+    CHECK(c.error().code() == errc::invalid_argument);
+    CHECK_THAT(c.error().message(), Catch::Contains("XLOGRT_BUDGET_BYTES") && Catch::Contains("too large"));
+  }
+  auto top = parse_env_config("9223372036854775806", nullptr);  // the largest budget
+  REQUIRE(top.has_value());
+  CHECK(*top->budget_bytes == MAX_BUDGET_BYTES);
+  CHECK(parse_env_config("8388607T", nullptr).has_value());
+}
+
+TEST_CASE("weak spot: error messages escape control characters from the environment", "[env_config]") {
+  auto b = parse_env_config("12\n\x1b[31mX\\", nullptr);
+  REQUIRE_FALSE(b);
+  const std::string& m = b.error().message();
+  CHECK_THAT(m, Catch::Contains("12\\x0a\\x1b[31mX\\\\"));
+  CHECK(std::none_of(m.begin(), m.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20; }));
+  auto c = parse_env_config(nullptr, nullptr, "on\r\x7f");
+  REQUIRE_FALSE(c);
+  CHECK_THAT(c.error().message(), Catch::Contains("XLOGRT_CACHE='on\\x0d\\x7f'"));
 }

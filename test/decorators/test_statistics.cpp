@@ -366,3 +366,28 @@ TEST_CASE("statistics: waves of threads reuse the stripes of exited ones and sum
   CHECK(snap.total.current_bytes == 0);
   CHECK(snap.total.frees == WAVES * THREADS * OPS);
 }
+
+TEST_CASE("weak spot: tag_slots or stripes out of range are refused by create and clamped by the constructor",
+          "[statistics]") {
+  for (auto bad : {StatisticsOptions{.tag_slots = 0xffffffffu}, StatisticsOptions{.tag_slots = 4097},
+                   StatisticsOptions{.stripes = 257}}) {
+    auto s = Statistics<PlainSpy>::create(PlainSpy{}, bad);
+    REQUIRE_FALSE(s);
+    CHECK(s.error().code() == errc::invalid_argument);
+    CHECK_THAT(s.error().message(), Catch::Contains("StatisticsOptions"));
+  }
+  auto fine = Statistics<PlainSpy>::create(PlainSpy{}, StatisticsOptions{.tag_slots = 4096, .stripes = 4});
+  REQUIRE(fine.has_value());
+  // The constructor does not throw std::bad_alloc for 2^32 - 1 slots: it counts 4096 one by one.
+  Statistics<PlainSpy> s{PlainSpy{}, StatisticsOptions{.tag_slots = 0xffffffffu, .stripes = 1}};
+  auto b = s.allocate(64, StreamId{0}, AllocTag{4095});
+  REQUIRE(b.has_value());
+  auto big = s.allocate(64, StreamId{0}, AllocTag{5000});
+  REQUIRE(big.has_value());
+  const auto snap = s.snapshot();
+  CHECK(snap.of(AllocTag{4095}).current_bytes == 64);
+  REQUIRE(snap.other.has_value());
+  CHECK(snap.other->current_bytes == 64);
+  REQUIRE(s.deallocate(std::move(*b)).has_value());
+  REQUIRE(s.deallocate(std::move(*big)).has_value());
+}

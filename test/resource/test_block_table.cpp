@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -363,5 +364,85 @@ TEST_CASE("block table: every live block has a slot of its own, with more thread
   }
   CHECK(wrong.load() == 0);
   CHECK(failed.load() == 0);
+  CHECK(t.live_bytes() == 0);
+}
+
+// ---- issue 16 -------------------------------------------------------------------------
+
+namespace {
+template <class R>
+std::optional<errc> failure(const R& r) {
+  if (r) return std::nullopt;
+  return r.error().code();
+}
+constexpr std::uint32_t LAST = BlockTable<Token>::LAST_GENERATION;
+}  // namespace
+
+TEST_CASE("generation wrap: a slot in its last generation is retired for good, so an old id never matches again",
+          "[block_table]") {
+  BlockTable<Token> t;
+  auto first = t.insert(0x1000, 256, Token{1});
+  REQUIRE(first);
+  const BlockId old = *first;  // generation 0: a long-freed block's id, kept by a stale copy
+  const DeviceBlock stale{0x1000, 256, StreamId{0}, 0, AllocTag{}, old};
+  REQUIRE(t.erase_if(old, nullptr, [](Token&) { return ok(); }));
+  // The slot's next life, driven to the generation before the last (2^32 - 2 reuses).
+  auto again = t.insert(0x1000, 256, Token{2});
+  REQUIRE(again);
+  REQUIRE(again->index == old.index);
+  const BlockId aged = t.set_generation_for_testing(*again, LAST - 1);
+  REQUIRE(aged.valid());
+  REQUIRE(t.erase_if(aged, nullptr, [](Token&) { return ok(); }));
+  auto last = t.insert(0x1000, 256, Token{3});  // the slot's last life
+  REQUIRE(last);
+  REQUIRE(last->index == old.index);
+  CHECK(last->generation == LAST);
+  REQUIRE(t.erase_if(*last, nullptr, [](Token&) { return ok(); }));
+  // Freed in its last generation: the slot is not handed out again.
+  auto next = t.insert(0x1000, 256, Token{4});
+  REQUIRE(next);
+  CHECK(next->index != old.index);
+  CHECK(peeked(t, *next) == 4);
+  // The old ids stay stale: the copy of the first block frees nothing.
+  CHECK(failure(touch(t, old)) == errc::stale_block);
+  CHECK(failure(t.erase_if(old, &stale, [](Token&) { return ok(); })) == errc::double_free);
+  CHECK(failure(touch(t, *last)) == errc::stale_block);
+  CHECK(t.live_bytes() == 256);
+  REQUIRE(t.erase_if(*next, nullptr, [](Token&) { return ok(); }));
+  CHECK(t.live_bytes() == 0);
+}
+
+TEST_CASE("generation wrap: a block in its slot's last generation is not renewed there", "[block_table]") {
+  BlockTable<Token> t;
+  auto a = t.insert(0x1000, 256, Token{1});
+  REQUIRE(a);
+  const BlockId last = t.set_generation_for_testing(*a, LAST);
+  REQUIRE(last.valid());
+  const DeviceBlock b{0x1000, 256, StreamId{0}, 0, AllocTag{}, last};
+  int calls = 0;
+  CHECK_FALSE(t.try_renew(last, &b, [&](Token&) { return ++calls, true; }).valid());
+  CHECK(failure(t.renew(last, &b, [&](Token&) { return ++calls, ok(); })) == errc::out_of_memory);
+  CHECK(calls == 0);
+  CHECK(peeked(t, last) == 1);  // still live, unchanged
+  REQUIRE(t.erase_if(last, &b, [](Token&) { return ok(); }));
+}
+
+TEST_CASE("bug 3: a block with another tag is refused; a renewal takes the block's tag", "[block_table]") {
+  BlockTable<Token> t;
+  auto a = t.insert(0x1000, 256, AllocTag{5}, Token{1});
+  REQUIRE(a);
+  const DeviceBlock five{0x1000, 256, StreamId{0}, 0, AllocTag{5}, *a};
+  const DeviceBlock six{0x1000, 256, StreamId{0}, 0, AllocTag{6}, *a};
+  CHECK_FALSE(t.try_erase(*a, &six, [](Token&) { return true; }));
+  CHECK(failure(t.erase_if(*a, &six, [](Token&) { return ok(); })) == errc::foreign_block);
+  CHECK(failure(t.with(*a, Lookup::use, [](Token&) { return ok(); }, &six)) == errc::foreign_block);
+  CHECK(t.with(*a, Lookup::use, [](Token&) { return ok(); }, &five));
+  // A caching layer hands the block out under tag 6 and renews it so.
+  auto r = t.renew(*a, &six, [](Token&) { return ok(); });
+  REQUIRE(r);
+  const DeviceBlock six_next{0x1000, 256, StreamId{0}, 0, AllocTag{6}, *r};
+  const DeviceBlock five_next{0x1000, 256, StreamId{0}, 0, AllocTag{5}, *r};
+  CHECK(failure(t.erase_if(*r, &five_next, [](Token&) { return ok(); })) == errc::foreign_block);
+  CHECK(t.erase_if(*r, &six_next, [](Token&) { return ok(); }));
   CHECK(t.live_bytes() == 0);
 }

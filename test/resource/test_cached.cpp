@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include <xlogrt/driver/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 using namespace xlogrt;
@@ -498,4 +499,41 @@ TEST_CASE("randomized threads, streams, cross-thread frees, trims: no hazard",
     CHECK(r.bytes_outstanding() == 0);
     CHECK(r.upstream().bytes_outstanding() == 0);
   }
+}
+
+TEST_CASE("what the layer keeps is bounded by thread_bytes and depot_bytes, however the frees spread", "[cached]") {
+  // Blocks of 40 classes (1 KiB .. 1 MiB) on 4 streams, freed by 4 threads that did not
+  // allocate them: without the bounds every one of them stays cached.
+  auto run = [](CachedOptions opt) {
+    Rig<> rig({}, opt);
+    auto& r = *rig.stack;
+    std::vector<DeviceBlock> blocks;
+    std::size_t total = 0;
+    for (std::uint32_t s = 0; s < 4; ++s) {
+      for (std::size_t n = 1024; n <= (std::size_t{1} << 20); n += n / 4) {
+        auto b = r.allocate(n, StreamId{s}, AllocTag{1});
+        REQUIRE(b.has_value());
+        total += b->bytes();
+        blocks.push_back(std::move(*b));
+      }
+    }
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (std::size_t i = t; i < blocks.size(); i += 4) REQUIRE(r.deallocate(std::move(blocks[i])).has_value());
+      });
+    }
+    for (auto& th : threads) th.join();
+    const std::size_t cached = r.stats().cached_bytes;
+    CHECK(r.bytes_outstanding() == r.upstream().bytes_outstanding() - cached);
+    return std::pair{cached, total};
+  };
+  const auto [unbounded, total] = run(CachedOptions{});
+  CHECK(unbounded == total);
+  const CachedOptions small{.thread_bytes = 1 << 20, .depot_bytes = 2 << 20};
+  const auto [bounded, same_total] = run(small);
+  CHECK(same_total == total);
+  // 4 threads x 1 MiB in bins, 2 MiB in the depots: nothing else stays.
+  CHECK(bounded <= 4 * small.thread_bytes + small.depot_bytes);
+  CHECK(bounded > 0);
 }

@@ -96,3 +96,66 @@ TEST_CASE("EventPool reuses events and creates none once warmed", "[device]") {
   }
   CHECK(sim.calls("cuEventCreate") == created);
 }
+
+TEST_CASE("weak spot: StreamPool::adopt refuses a stream of another device or another driver", "[device]") {
+  SimDriver sim{SimConfig{}};
+  SimDriver other{SimConfig{}};
+  auto dev0 = Device<SimDriver>::open(sim, 0);
+  auto dev1 = Device<SimDriver>::open(sim, 1);
+  REQUIRE(dev0.has_value());
+  REQUIRE(dev1.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev0, 2);
+  REQUIRE(pool.has_value());
+  REQUIRE((*dev1)->make_current().has_value());
+  auto on1 = sim.stream_create();  // a stream of ordinal 1
+  REQUIRE(on1.has_value());
+  auto e = (*pool)->adopt(*on1);
+  REQUIRE_FALSE(e);
+  CHECK(e.error().code() == errc::foreign_block);
+  CHECK_THAT(e.error().message(), Catch::Contains("another device") && Catch::Contains("ordinal 0"));
+  CHECK((*pool)->size() == 2);
+  // A stream of another SimDriver: the driver does not know the handle.
+  auto odev = Device<SimDriver>::open(other, 0);
+  REQUIRE(odev.has_value());
+  REQUIRE((*odev)->make_current().has_value());
+  auto foreign = other.stream_create();
+  REQUIRE(foreign.has_value());
+  auto f = (*pool)->adopt(*foreign);
+  REQUIRE_FALSE(f);
+  CHECK(f.error().driver_status() == status::invalid_handle);
+  CHECK((*pool)->size() == 2);
+  REQUIRE(other.stream_destroy(*foreign).has_value());
+  REQUIRE((*dev1)->make_current().has_value());
+  REQUIRE(sim.stream_destroy(*on1).has_value());
+}
+
+TEST_CASE("weak spot: a destroyed stream's handle reused for a new stream is adopted as a new stream",
+          "[device]") {
+  SimDriver sim{SimConfig{.reuse_stream_handles = true}};
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  auto& p = **pool;
+  auto first = sim.stream_create();
+  REQUIRE(first.has_value());
+  auto a = p.adopt(*first);
+  REQUIRE(a.has_value());
+  CHECK(*a == StreamId{2});
+  const auto first_id = sim.stream_get_id(*first);
+  REQUIRE(first_id.has_value());
+  REQUIRE(sim.stream_synchronize(*first).has_value());
+  REQUIRE(sim.stream_destroy(*first).has_value());
+  auto second = sim.stream_create();  // the simulator hands the same handle out again
+  REQUIRE(second.has_value());
+  REQUIRE(*second == *first);
+  const auto second_id = sim.stream_get_id(*second);
+  REQUIRE(second_id.has_value());
+  CHECK(*second_id != *first_id);
+  // Known by its stream id, not its handle: a new StreamId, not the destroyed stream's.
+  auto b = p.adopt(*second);
+  REQUIRE(b.has_value());
+  CHECK(*b == StreamId{3});
+  CHECK(*p.adopt(*second) == StreamId{3});
+  REQUIRE(sim.stream_destroy(*second).has_value());
+}

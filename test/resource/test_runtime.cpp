@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include <xlogrt/driver/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 using namespace xlogrt;
@@ -139,4 +140,39 @@ TEST_CASE("reap_pending from many threads at once retires each queued free once"
   CHECK_FALSE(failed.load());
   REQUIRE(stack->reap_pending().has_value());
   CHECK(stack->bytes_outstanding() == 0);
+}
+
+TEST_CASE("weak spot: DeviceRuntime::create refuses a pool and a stack of different devices, pools or drivers",
+          "[runtime]") {
+  using Rt = DeviceRuntime<AsyncCuda<SimDriver>>;
+  SimDriver sim{SimConfig{}};
+  SimDriver other{SimConfig{}};
+  const auto pool_on = [](SimDriver& d, std::uint32_t ordinal) {
+    auto dev = Device<SimDriver>::open(d, ordinal);
+    REQUIRE(dev.has_value());
+    auto p = StreamPool<SimDriver>::create(*dev, 2);
+    REQUIRE(p.has_value());
+    return *p;
+  };
+  const auto stack_on = [](const std::shared_ptr<StreamPool<SimDriver>>& p) {
+    auto a = AsyncCuda<SimDriver>::create(p);
+    REQUIRE(a.has_value());
+    return std::move(*a);
+  };
+  auto p0 = pool_on(sim, 0);
+  for (auto* where : {"another device", "another pool of the same device", "another driver"}) {
+    INFO(where);
+    const std::string w = where;
+    auto p = w == "another device" ? pool_on(sim, 1) : w == "another driver" ? pool_on(other, 0) : pool_on(sim, 0);
+    auto rt = Rt::create(p0, stack_on(p));
+    REQUIRE_FALSE(rt);
+    CHECK(rt.error().code() == errc::foreign_block);
+  }
+  auto rt = Rt::create(p0, stack_on(p0));
+  REQUIRE(rt.has_value());
+  auto b = rt->allocate(256, StreamId{1});
+  REQUIRE(b.has_value());
+  REQUIRE(rt->deallocate(std::move(*b)).has_value());
+  REQUIRE(rt->reap_pending().has_value());
+  CHECK(!Rt::create(nullptr, stack_on(p0)));
 }

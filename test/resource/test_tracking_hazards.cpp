@@ -8,10 +8,12 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <vector>
 
 #include <xlogrt/memory/launch.hpp>
+#include <xlogrt/driver/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 using namespace xlogrt;
@@ -215,4 +217,201 @@ TEST_CASE("device_buffer frees through its runtime and carries its BlockId", "[t
   auto zero = device_buffer<float, Rt>::create(*p.rt, 0);
   REQUIRE_FALSE(zero);
   CHECK(zero.error().code() == errc::zero_bytes);
+}
+
+// ---- issue 16: blocks rebuilt with other fields, and unchecked streams ---------------
+
+namespace {
+/// The error code of a failed result, nothing for a success (reading error() of a
+/// success would read whatever an earlier error left there).
+template <class R>
+std::optional<errc> failure(const R& r) {
+  if (r) return std::nullopt;
+  return r.error().code();
+}
+
+/// Runs `body(stack, program)` on a bare AsyncCuda and on a DirectCuda over a Program's streams.
+template <class F>
+void on_both_bases(F&& body) {
+  {
+    Program p(11);
+    auto a = AsyncCuda<SimDriver>::create(p.streams);
+    REQUIRE(a.has_value());
+    INFO("AsyncCuda");
+    body(*a, p);
+  }
+  {
+    Program p(12);
+    DirectCuda<SimDriver> d(p.streams);
+    INFO("DirectCuda");
+    body(d, p);
+  }
+}
+}  // namespace
+
+TEST_CASE("bug 2: a block rebuilt with another valid alloc stream is refused, not freed on that stream",
+          "[tracking][hazards]") {
+  on_both_bases([](auto& r, Program& p) {
+    auto b = r.allocate(4096, StreamId{0}, AllocTag{1});
+    REQUIRE(b.has_value());
+    REQUIRE(p.kernel(*p.streams->get(StreamId{0}), *b, Access::Write).has_value());  // work on its own stream
+    DeviceBlock forged{b->ptr(), b->bytes(), StreamId{1}, b->device_ordinal(), b->tag(), b->id()};
+    auto e = r.deallocate(std::move(forged));
+    REQUIRE_FALSE(e);
+    CHECK(e.error().code() == errc::foreign_block);
+    CHECK_THAT(e.error().message(), Catch::Contains("stream or tag differs"));
+    CHECK_FALSE(forged.empty());
+    // The block is still live, and its own free is right.
+    REQUIRE(r.deallocate(std::move(*b)).has_value());
+    p.sim.run_until_idle();
+    const auto hz = p.sim.hazards();
+    for (const auto& h : hz) UNSCOPED_INFO(to_string(h));
+    CHECK(hz.empty());
+    REQUIRE(r.reap_pending().has_value());
+    CHECK(r.bytes_outstanding() == 0);
+  });
+}
+
+TEST_CASE("bug 3: a block rebuilt with another tag is refused, and Statistics stays exact", "[tracking]") {
+  on_both_bases([](auto& base, Program&) {
+    using Base = std::remove_cvref_t<decltype(base)>;
+    Statistics<Base> s{std::move(base)};
+    auto b = s.allocate(1024, StreamId{0}, AllocTag{1});
+    REQUIRE(b.has_value());
+    DeviceBlock forged{b->ptr(), b->bytes(), b->alloc_stream(), b->device_ordinal(), AllocTag{2}, b->id()};
+    auto e = s.deallocate(std::move(forged));
+    REQUIRE_FALSE(e);
+    CHECK(e.error().code() == errc::foreign_block);
+    CHECK_FALSE(forged.empty());
+    // Nor may a use be recorded through it.
+    if constexpr (TrackingResource<Base>) {
+      DeviceBlock other{b->ptr(), b->bytes(), b->alloc_stream(), b->device_ordinal(), AllocTag{2}, b->id()};
+      CHECK(failure(s.record_block_use(other, StreamId{1})) == errc::foreign_block);
+    }
+    REQUIRE(s.deallocate(std::move(*b)).has_value());
+    REQUIRE(s.reap_pending().has_value());
+    const auto snap = s.snapshot();
+    CHECK(snap.total.current_bytes == 0);
+    CHECK(snap.total.current_count == 0);
+    CHECK(s.bytes_outstanding() == 0);
+  });
+}
+
+TEST_CASE("bug 4: finish_block_use on stream 0xFFFFFFFF is unknown_stream, quiet block or not", "[tracking]") {
+  Program p(13);
+  auto made = AsyncCuda<SimDriver>::create(p.streams);  // the resource itself, not the runtime's checks
+  REQUIRE(made.has_value());
+  auto& r = *made;
+  auto b = r.allocate(1024, StreamId{0}, AllocTag{});
+  REQUIRE(b.has_value());
+  for (std::uint32_t bad : {0xFFFFFFFFu, 0xFFFFFFFEu}) {
+    INFO("stream " << bad << ", quiet block");
+    CHECK(failure(r.finish_block_use(b->id(), StreamId{bad}, Access::Read)) == errc::unknown_stream);
+  }
+  REQUIRE(r.prepare_block_use(b->id(), StreamId{1}, Access::Read).has_value());
+  REQUIRE(p.kernel(*p.streams->get(StreamId{1}), *b, Access::Read).has_value());
+  REQUIRE(r.finish_block_use(b->id(), StreamId{1}, Access::Read).has_value());  // no longer quiet
+  for (std::uint32_t bad : {0xFFFFFFFFu, 0xFFFFFFFEu}) {
+    INFO("stream " << bad << ", block used on another stream");
+    for (Access a : {Access::Read, Access::Write}) {
+      CHECK(failure(r.finish_block_use(b->id(), StreamId{bad}, a)) == errc::unknown_stream);
+    }
+  }
+  REQUIRE(r.deallocate(std::move(*b)).has_value());
+  p.sim.run_until_idle();
+  CHECK(p.sim.hazards().empty());
+  REQUIRE(r.reap_pending().has_value());
+}
+
+TEST_CASE("generation wrap: AsyncCuda retires a slot in its last generation and recycles such a block into a new slot",
+          "[tracking]") {
+  Program p(14);
+  auto made = AsyncCuda<SimDriver>::create(p.streams);
+  REQUIRE(made.has_value());
+  auto& r = *made;
+  constexpr std::uint32_t LAST = BlockTable<int>::LAST_GENERATION;
+  auto first = r.allocate(1024, StreamId{0}, AllocTag{1});
+  REQUIRE(first.has_value());
+  const BlockId old = first->id();
+  // A stale copy of the first block, kept while the slot is reused 2^32 times.
+  const auto copy_of = [](const DeviceBlock& b, BlockId id) {
+    return DeviceBlock{b.ptr(), b.bytes(), b.alloc_stream(), b.device_ordinal(), b.tag(), id};
+  };
+  DeviceBlock stale = copy_of(*first, old);
+  SECTION("freed in its last generation: the slot is never handed out again") {
+    DeviceBlock aged = copy_of(*first, r.set_generation_for_testing(old, LAST));
+    DeviceBlock gone = std::move(*first);
+    REQUIRE(r.deallocate(std::move(aged)).has_value());
+    auto next = r.allocate(1024, StreamId{0}, AllocTag{1});
+    REQUIRE(next.has_value());
+    CHECK(next->id().index != old.index);
+    auto e = r.deallocate(std::move(stale));
+    REQUIRE_FALSE(e);
+    CHECK(e.error().code() == errc::double_free);
+    REQUIRE(r.deallocate(std::move(*next)).has_value());
+  }
+  SECTION("recycled in its last generation: the block moves to a new slot, and the old id goes stale") {
+    DeviceBlock aged = copy_of(*first, r.set_generation_for_testing(old, LAST));
+    DeviceBlock gone = std::move(*first);
+    const BlockId last = aged.id();
+    REQUIRE(r.prepare_block_use(last, StreamId{2}, Access::Write).has_value());  // a use on another stream
+    REQUIRE(p.kernel(*p.streams->get(StreamId{2}), aged, Access::Write).has_value());
+    REQUIRE(r.finish_block_use(last, StreamId{2}, Access::Write).has_value());
+    auto moved = r.recycle_block(aged, StreamId{0});
+    REQUIRE(moved.has_value());
+    CHECK(aged.empty());
+    CHECK(moved->id().index != last.index);
+    CHECK(moved->ptr() == stale.ptr());
+    CHECK(r.live_blocks() == 1);
+    CHECK(r.bytes_outstanding() == 1024);
+    CHECK(failure(r.prepare_block_use(last, StreamId{1}, Access::Read)) == errc::stale_block);
+    // The memory is reused on stream 0: ordered after the use on stream 2.
+    REQUIRE(p.kernel(*p.streams->get(StreamId{0}), *moved, Access::Write).has_value());
+    auto e = r.deallocate(std::move(stale));
+    REQUIRE_FALSE(e);
+    CHECK(e.error().code() == errc::double_free);
+    REQUIRE(r.deallocate(std::move(*moved)).has_value());
+  }
+  p.sim.run_until_idle();
+  const auto hz = p.sim.hazards();
+  for (const auto& h : hz) UNSCOPED_INFO(to_string(h));
+  CHECK(hz.empty());
+  REQUIRE(r.reap_pending().has_value());
+  CHECK(r.bytes_outstanding() == 0);
+  CHECK(r.live_blocks() == 0);
+}
+
+TEST_CASE("weak spot: a finish_block_use whose event cannot be recorded keeps the use, so the free still waits",
+          "[tracking][hazards]") {
+  for (Access a : {Access::Write, Access::Read}) {
+    INFO("access " << static_cast<int>(a));
+    Program p(15);
+    auto made = AsyncCuda<SimDriver>::create(p.streams);
+    REQUIRE(made.has_value());
+    auto& r = *made;
+    auto s1 = p.streams->get(StreamId{1});
+    auto s0 = p.streams->get(StreamId{0});
+    auto b = r.allocate(4096, StreamId{0}, AllocTag{});
+    REQUIRE(b.has_value());
+    REQUIRE(r.prepare_block_use(b->id(), StreamId{1}, a).has_value());
+    REQUIRE(p.kernel(*s1, *b, a).has_value());
+    REQUIRE(p.sim.fail_nth("cuEventRecord", 1, status::unknown).has_value());
+    auto f = r.finish_block_use(b->id(), StreamId{1}, a);
+    REQUIRE_FALSE(f);
+    CHECK(f.error().code() == errc::driver_error);
+    CHECK_THAT(f.error().message(), Catch::Contains("recorded all the same"));
+    // Nothing more to do: the free waits for the use on stream 1, and the memory reused on
+    // stream 0 is not touched before that use is done.
+    REQUIRE(r.deallocate(std::move(*b)).has_value());
+    auto next = r.allocate(4096, StreamId{0}, AllocTag{});
+    REQUIRE(next.has_value());
+    REQUIRE(p.kernel(*s0, *next, Access::Write).has_value());
+    REQUIRE(r.deallocate(std::move(*next)).has_value());
+    p.sim.run_until_idle();
+    const auto hz = p.sim.hazards();
+    for (const auto& h : hz) UNSCOPED_INFO(to_string(h));
+    CHECK(hz.empty());
+    REQUIRE(r.reap_pending().has_value());
+    CHECK(r.bytes_outstanding() == 0);
+  }
 }

@@ -316,6 +316,30 @@ TEST_CASE("fresh memory holds garbage, not zeros", "[sim]") {
   CHECK(out == std::vector<std::uint8_t>(64, cfg.uninit_byte));
 }
 
+TEST_CASE("fill_memory = false: device bytes change only when an operation writes them", "[sim]") {
+  SimConfig cfg = manual(1, 4096);
+  cfg.fill_memory = false;
+  Sim sim(cfg);
+  auto s = sim.stream();
+  auto p = sim.alloc(256, s);
+  CHECK(sim.read(p, 256, s) == std::vector<std::uint8_t>(256, 0));  // the fresh mapping's zeros
+  sim.fill(p, 0x11, 256, s);
+  expect_ok(sim.d.mem_free_async(p, s));
+  sim.d.run_until_idle();
+  auto view = value(sim.d.host_view(p, 256));
+  CHECK(std::to_integer<int>(view[0]) == 0x11);  // not poisoned
+  CHECK(std::to_integer<int>(view[255]) == 0x11);
+  auto q = value(sim.d.mem_alloc(256));  // the synchronous pair: the same
+  expect_ok(sim.d.memset_d8_async(q, 0x22, 256, s));
+  expect_ok(sim.d.stream_synchronize(s));
+  expect_ok(sim.d.mem_free(q));
+  CHECK(std::to_integer<int>(value(sim.d.host_view(q, 1))[0]) == 0x22);
+  // The checker does not depend on the fills: a use after free is still reported.
+  expect_ok(sim.d.memset_d8_async(q, 0x33, 16, s));
+  REQUIRE(sim.d.hazards().size() == 1);
+  CHECK(sim.d.hazards().front().kind == SimHazardKind::use_after_free);
+}
+
 TEST_CASE("out of memory is status::out_of_memory and changes nothing", "[sim]") {
   Sim sim(manual(1, 4096));
   auto s = sim.stream();

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -95,14 +96,26 @@ class alignas(64) StreamPool {
   /// Adopts a caller's stream (not destroyed by the pool) and returns its id; a stream
   /// already in the pool (one of its own, or adopted before) returns its existing id.
   /// Makes the device's context current first: the driver's stream id needs it, and a
-  /// caller's thread may have none (torch's autograd threads have none). Errors:
-  /// invalid_argument when full; the driver's error for a handle it does not know (a
-  /// destroyed stream).
+  /// caller's thread may have none (torch's autograd threads have none). A driver that
+  /// tells a stream's context (D::stream_context, cuStreamGetCtx) has a new stream checked
+  /// against the device's: a stream of another device is refused. Errors:
+  /// invalid_argument when full; foreign_block for a stream of another device's context;
+  /// the driver's error for a handle it does not know (a destroyed stream, a stream of
+  /// another driver instance).
   result<StreamId> adopt(stream_t s) noexcept {
     if (auto r = device_->make_current(); !r) return std::move(r).error();
     auto key = driver_->stream_get_id(s);
     if (!key) return std::move(key).error();
     if (auto known = find(*key)) return *known;
+    if constexpr (requires(D& d) { { d.stream_context(s) } -> std::same_as<result<typename D::context_t>>; }) {
+      auto ctx = driver_->stream_context(s);
+      if (!ctx) return std::move(ctx).error();
+      if (*ctx != device_->context()) {
+        return error{errc::foreign_block, "stream " + std::to_string(*key) +
+                                              " belongs to another device's context, not ordinal " +
+                                              std::to_string(device_->ordinal()) + "'s: it cannot join its pool"};
+      }
+    }
     std::lock_guard lock(adopt_mu_);
     const auto n = count_.load(std::memory_order_relaxed);
     for (std::uint32_t i = 0; i < n; ++i) {

@@ -80,6 +80,12 @@ struct SimConfig {
   bool stream_mem_ops_supported = true;  ///< stream_write_value32
   bool can_map_host_memory = true;       ///< mem_host_alloc_mapped
   bool check_hazards = true;             ///< run the hazard checker
+  /// stream_create hands out the handle of a destroyed stream whose work has all run (the
+  /// most recent such one of the device), as CUDA may: the new stream has a new
+  /// stream_get_id, and keeps the old one's place in stream order (it is ordered after
+  /// the old stream's work, which had all run anyway). Off: handles are never reused, so
+  /// a destroyed stream's handle is always refused.
+  bool reuse_stream_handles = false;
   /// Executed frees stay out of reuse (except by allocations ordered after them) until
   /// this many bytes are quarantined per device; an allocation that would otherwise
   /// fail empties the quarantine first.
@@ -89,6 +95,12 @@ struct SimConfig {
   std::size_t max_hazards = 4096;                          ///< reports kept; later ones are counted
   std::uint8_t poison_byte = 0xDD;                         ///< fills freed memory
   std::uint8_t uninit_byte = 0xA5;                         ///< fills fresh allocations
+  /// Fill fresh device allocations with uninit_byte and freed ones with poison_byte.
+  /// false: device bytes change only when an operation writes them, for runs that
+  /// never read what they did not write (the fuzzer: the fills touch every page of
+  /// every block, and are most of what such a run costs). The checker's verdicts do not
+  /// depend on it.
+  bool fill_memory = true;
   int compute_capability_major = 9;
   int compute_capability_minor = 0;
   int multiprocessor_count = 132;
@@ -302,8 +314,13 @@ class SimDriver {
   result<void> stream_synchronize(stream_t s) noexcept;
   /// Does not run anything in manual mode: a polling loop must call step().
   result<bool> stream_query(stream_t s) noexcept;
-  /// The stream's index in the driver's stream table: never reused, as handles never are.
+  /// The stream's id, unique over the driver's life: its index in the driver's stream
+  /// table, or, for a stream that reuses a destroyed stream's handle
+  /// (SimConfig::reuse_stream_handles), a new number above every index.
   result<std::uint64_t> stream_get_id(stream_t s) noexcept;
+  /// The context the stream belongs to (cuStreamGetCtx): what StreamPool::adopt compares
+  /// with its device's, when a driver offers it. Counted as a cuStreamGetId call.
+  result<context_t> stream_context(stream_t s) noexcept;
   result<void> stream_wait_event(stream_t s, event_t e) noexcept;
   result<event_t> event_create() noexcept;
   result<void> event_destroy(event_t e) noexcept;
@@ -490,6 +507,7 @@ class SimDriver {
   std::map<std::uintptr_t, std::uint64_t> host_index_;       // host address -> device address
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::unique_ptr<Stream>> streams_;  // index = stream id; [0] is the host
+  std::uint64_t next_reused_id_ = std::uint64_t{1} << 32;  // stream_get_id of a reused handle
   std::vector<std::unique_ptr<Event>> events_;
   std::vector<Stream*> active_;  // streams with queued operations, in activation order
   std::vector<Stream*> candidates_;
@@ -581,6 +599,7 @@ inline SimDriver::SimDriver(SimConfig config) noexcept
     legacy->owner = this;
     legacy->device = dev.get();
     legacy->id = static_cast<std::uint32_t>(streams_.size());
+    legacy->api_id = legacy->id;
     legacy->legacy = true;
     dev->legacy = legacy.get();
     streams_.push_back(std::move(legacy));
@@ -1010,12 +1029,12 @@ inline int SimDriver::execute_locked(Stream& s, Op& op, Lock& lk) {
   (void)s;
   switch (op.kind) {
     case OpKind::mem_alloc_async: {
-      if (std::byte* p = translate_locked(op.dst, op.bytes))
+      if (std::byte* p = translate_locked(op.dst, op.bytes); p != nullptr && cfg_.fill_memory)
         std::memset(p, cfg_.uninit_byte, op.bytes);
       return 0;
     }
     case OpKind::mem_free_async: {
-      if (std::byte* p = translate_locked(op.dst, op.bytes))
+      if (std::byte* p = translate_locked(op.dst, op.bytes); p != nullptr && cfg_.fill_memory)
         std::memset(p, cfg_.poison_byte, op.bytes);
       if (Device* dev = device_of(op.dst)) {
         for (auto& r : dev->recycled) {
@@ -1163,7 +1182,7 @@ inline void SimDriver::reset_device_locked(Device& dev, Lock& lk) {
   if (dev.ctx.retains != 0) return;  // retained again while draining
   const OpRef ref = host_op_locked(OpKind::context_reset);
   for (const auto& [addr, b] : dev.blocks) {
-    if (std::byte* p = translate_locked(addr, b.rounded))
+    if (std::byte* p = translate_locked(addr, b.rounded); p != nullptr && cfg_.fill_memory)
       std::memset(p, cfg_.poison_byte, b.rounded);
     if (cfg_.check_hazards) shadow_.free(addr, b.requested, ref, host_vc_, findings_);
   }
@@ -1251,8 +1270,10 @@ inline result<int> SimDriver::device_attribute(device_t dev, DeviceAttr attr) no
     case DeviceAttr::compute_capability_minor: return cfg_.compute_capability_minor;
     case DeviceAttr::multiprocessor_count: return cfg_.multiprocessor_count;
   }
-  return fail(Call::device_attribute, status::invalid_value,
-              "reading an attribute the simulator does not know");
+  // The caller's mistake, not a driver status: refused as CudaDriver refuses it.
+  return error{errc::invalid_argument,
+               "device_attribute: DeviceAttr value " + std::to_string(static_cast<int>(attr)) +
+                   " is not one SimDriver knows; pass a named DeviceAttr"};
 }
 
 inline result<SimDriver::context_t> SimDriver::primary_ctx_retain(device_t dev) noexcept {
@@ -1319,10 +1340,25 @@ inline result<SimDriver::stream_t> SimDriver::stream_create() noexcept {
   if (auto e = enter_locked(Call::stream_create)) return *e;
   auto d = current_device_locked(Call::stream_create);
   if (!d) return std::move(d).error();
+  if (cfg_.reuse_stream_handles) {
+    for (auto it = streams_.rbegin(); it != streams_.rend(); ++it) {
+      if (*it == nullptr) continue;  // the host's entry
+      Stream& old = **it;
+      if (old.alive || old.legacy || old.device != *d || old.busy || old.fault != 0 || !old.queue.empty() ||
+          old.completed < old.enqueued) {
+        continue;
+      }
+      old.alive = true;
+      old.api_id = next_reused_id_++;
+      old.generation = (*d)->ctx.generation;
+      return &old;
+    }
+  }
   auto s = std::make_unique<Stream>();
   s->owner = this;
   s->device = *d;
   s->id = static_cast<std::uint32_t>(streams_.size());
+  s->api_id = s->id;
   s->generation = (*d)->ctx.generation;
   Stream* raw = s.get();
   streams_.push_back(std::move(s));
@@ -1374,7 +1410,15 @@ inline result<std::uint64_t> SimDriver::stream_get_id(stream_t s) noexcept {
   if (auto e = enter_locked(Call::stream_get_id)) return *e;
   auto sr = stream_locked(Call::stream_get_id, s);
   if (!sr) return std::move(sr).error();
-  return std::uint64_t{(*sr)->id};
+  return (*sr)->api_id;
+}
+
+inline result<SimDriver::context_t> SimDriver::stream_context(stream_t s) noexcept {
+  Lock lk(mu_);
+  if (auto e = enter_locked(Call::stream_get_id)) return *e;
+  auto sr = stream_locked(Call::stream_get_id, s);
+  if (!sr) return std::move(sr).error();
+  return &(*sr)->device->ctx;
 }
 
 inline result<void> SimDriver::stream_wait_event(stream_t s, event_t e) noexcept {
@@ -1604,7 +1648,7 @@ inline result<std::uint64_t> SimDriver::mem_alloc(std::size_t bytes) noexcept {
   const OpRef ref = host_op_locked(OpKind::mem_alloc);
   const std::uint64_t addr = dev.base + *off;
   register_block_locked(dev, addr, bytes, need, false);
-  std::memset(translate_locked(addr, need), cfg_.uninit_byte, need);
+  if (cfg_.fill_memory) std::memset(translate_locked(addr, need), cfg_.uninit_byte, need);
   if (cfg_.check_hazards) shadow_.allocate(addr, bytes, ref);
   return addr;
 }
@@ -1633,7 +1677,7 @@ inline result<void> SimDriver::mem_free(std::uint64_t ptr) noexcept {
     shadow_.free(ptr, b.requested, ref, host_vc_, findings_);
     record_locked();
   }
-  std::memset(translate_locked(ptr, b.rounded), cfg_.poison_byte, b.rounded);
+  if (cfg_.fill_memory) std::memset(translate_locked(ptr, b.rounded), cfg_.poison_byte, b.rounded);
   dev->recycled.push_back(
       detail::sim::Recycled{ptr - dev->base, b.rounded, ref, next_free_id_++, true});
   dev->allocated -= b.rounded;

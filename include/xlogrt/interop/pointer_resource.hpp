@@ -19,7 +19,7 @@
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/interop/block_map.hpp"
 #include "xlogrt/resource/concepts.hpp"
-#include "xlogrt/runtime.hpp"
+#include "xlogrt/runtime/device_runtime.hpp"
 
 namespace xlogrt {
 

@@ -116,7 +116,7 @@ class AsyncCuda {
     } else {
       return std::move(r).error();
     }
-    const BlockId id = state_->table.try_insert(ptr, bytes, [stream](Track& t) noexcept { t.start(stream); });
+    const BlockId id = state_->table.try_insert(ptr, bytes, tag, [stream](Track& t) noexcept { t.start(stream); });
     if (!id.valid()) [[unlikely]] return insert_general(ptr, bytes, stream, s, tag);
     return DeviceBlock{ptr, bytes, stream, ordinal_, tag, id};
   }
@@ -157,7 +157,9 @@ class AsyncCuda {
   ///   one). @pre every work on the block is known complete on the GPU (the caller saw an
   ///   event recorded on the alloc stream after the renewal complete); no driver call.
   ///   Errors: invalid_argument when the block has uses on other streams.
-  /// On error `b` stays with the caller, untouched and live.
+  /// `b`'s tag is not compared with the allocation's (its pointer, size and stream are):
+  /// a caching layer hands cached blocks out under their new owners' tags, and the new
+  /// block carries `b`'s. On error `b` stays with the caller, untouched and live.
   result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to) noexcept {
     if (!detail::valid_block(b, ordinal_) || !streams_->contains(b.alloc_stream()) ||
         !streams_->contains(to)) [[unlikely]] {
@@ -240,7 +242,20 @@ class AsyncCuda {
   }
 
   /// Call AFTER enqueuing work on `use` that touches block `id` with `access`.
+  ///
+  /// Failure. When the use's event cannot be recorded (a driver error recording it, or no
+  /// event to be had), the use is recorded all the same, as one whose event is recorded
+  /// when the free or a use on another stream must wait for it: the block stays safe to
+  /// free and to use, the error reports the failing driver, and the caller need do
+  /// nothing (calling finish again is harmless). Only host memory running out, for a
+  /// block's first read on `use`, leaves the use unrecorded (out_of_memory says so): the
+  /// caller must then order the free after that stream itself (synchronise it). Errors:
+  /// unknown_stream, stale_block, foreign_block (nothing recorded); a driver error, as
+  /// above; out_of_memory, as above.
   result<void> finish_block_use(BlockId id, StreamId use, Access access) noexcept {
+    // The stream first: a block that is not quiet marks itself with a value no stream of
+    // the pool has, which an unchecked StreamId could hold.
+    if (!streams_->contains(use)) [[unlikely]] return streams_->unknown(use);
     if (quiet_on(id, use)) return ok();
     return finish(id, use, access, nullptr);
   }
@@ -251,6 +266,13 @@ class AsyncCuda {
   result<stream_t> stream_handle(StreamId s) const noexcept { return streams_->get(s); }
   result<void> make_current() const noexcept { return streams_->device()->make_current(); }
   const std::shared_ptr<StreamPool<D>>& streams() const noexcept { return streams_; }
+
+  /// For tests: gives the live block `id` generation `generation` in its block table slot
+  /// (see BlockTable::set_generation_for_testing) and returns its new id; `id` is stale
+  /// afterwards.
+  BlockId set_generation_for_testing(BlockId id, std::uint32_t generation) noexcept {
+    return state_->table.set_generation_for_testing(id, generation);
+  }
 
   /// Live blocks (diagnostics and tests).
   std::size_t live_blocks() const {
@@ -399,7 +421,7 @@ class AsyncCuda {
   /// allocate's rest, once the driver has handed out `ptr`: a new slot of the block table.
   [[gnu::noinline]] result<DeviceBlock> insert_general(std::uint64_t ptr, std::size_t bytes, StreamId stream,
                                                        stream_t s, AllocTag tag) noexcept {
-    auto id = state_->table.insert(ptr, bytes, [stream](Track& t) noexcept { t.start(stream); });
+    auto id = state_->table.insert(ptr, bytes, tag, [stream](Track& t) noexcept { t.start(stream); });
     if (!id) [[unlikely]] {
       (void)driver().mem_free_async(ptr, s);
       return std::move(id).error();
@@ -431,19 +453,9 @@ class AsyncCuda {
     if (!s) return std::move(s).error();
     if (!streams_->contains(to)) return streams_->unknown(to);
     const stream_t a = *s;
+    if (b.id().generation == BlockTable<Track>::LAST_GENERATION) [[unlikely]] return recycle_moving(b, to, a);
     auto id = state_->table.renew(b.id(), &b, [&](Track& t) -> result<void> {
-      if (t.alloc_stream != b.alloc_stream()) {
-        return error{errc::foreign_block, "block " + b.id().to_string() + " names stream " +
-                                              std::to_string(b.alloc_stream().value) + ", not its alloc stream " +
-                                              std::to_string(t.alloc_stream.value)};
-      }
-      if (to != b.alloc_stream() && !t.alone()) {
-        return error{errc::invalid_argument, "block " + b.id().to_string() +
-                                                 " has uses on other streams: it can move to stream " +
-                                                 std::to_string(to.value) + " only once renewed on its own"};
-      }
-      if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
-      t.release_events(state_->events);
+      if (auto r = end_life(t, b, to, a); !r) return r;
       t.start(to);
       return ok();
     });
@@ -451,6 +463,41 @@ class AsyncCuda {
     DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), *id};
     DeviceBlock gone = std::move(b);
     return next;
+  }
+
+  /// recycle_block of a block in its slot's last generation, which the slot cannot renew:
+  /// the same, into a new slot. The new slot is taken first, so that a failure leaves `b`
+  /// as it was.
+  [[gnu::cold, gnu::noinline]] result<DeviceBlock> recycle_moving(DeviceBlock& b, StreamId to, stream_t a) noexcept {
+    auto fresh = state_->table.insert(b.ptr(), b.bytes(), b.tag(), [to](Track& t) noexcept { t.start(to); });
+    if (!fresh) return std::move(fresh).error();
+    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) { return end_life(t, b, to, a); }, false);
+    if (!r) {
+      (void)state_->table.erase_if(*fresh, nullptr, [](Track&) { return ok(); });
+      return std::move(r).error();
+    }
+    DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), *fresh};
+    DeviceBlock gone = std::move(b);
+    return next;
+  }
+
+  /// What a recycle does to the old life of `b` (under its lock): checks that it may move
+  /// to `to`, makes the alloc stream `a` wait for the uses on other streams, and lets go of
+  /// its events.
+  result<void> end_life(Track& t, const DeviceBlock& b, StreamId to, stream_t a) noexcept {
+    if (t.alloc_stream != b.alloc_stream()) {
+      return error{errc::foreign_block, "block " + b.id().to_string() + " names stream " +
+                                            std::to_string(b.alloc_stream().value) + ", not its alloc stream " +
+                                            std::to_string(t.alloc_stream.value)};
+    }
+    if (to != b.alloc_stream() && !t.alone()) {
+      return error{errc::invalid_argument, "block " + b.id().to_string() +
+                                               " has uses on other streams: it can move to stream " +
+                                               std::to_string(to.value) + " only once renewed on its own"};
+    }
+    if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
+    t.release_events(state_->events);
+    return ok();
   }
 
   /// Both frees' last step, under the block's lock once every use on another stream is
@@ -529,34 +576,43 @@ class AsyncCuda {
       if (writes(access)) {
         const bool same = t.write.stream == use;
         Use next = same ? t.write : Use{.stream = use};
-        if (auto n = note_use(t, next); !n) {
-          if (!same) t.keep(next, state_->events);
-          return n;
-        }
+        result<void> n = note_use(t, next);  // on failure `next` is lazy: kept all the same
         if (!same) t.keep(t.write, state_->events);
         for (const Use& rd : t.reads) t.keep(rd, state_->events);
         t.reads.clear();
         t.write = next;
         t.waited = 0;
-        return ok();
+        return kept_lazily(std::move(n), use);
       }
       for (Use& rd : t.reads) {
-        if (rd.stream == use) return note_use(t, rd);
+        if (rd.stream == use) return kept_lazily(note_use(t, rd), use);
       }
       Use fresh{.stream = use};
-      if (auto n = note_use(t, fresh); !n) {
-        t.keep(fresh, state_->events);
-        return n;
-      }
+      result<void> n = note_use(t, fresh);
       try {
         t.spilled = true;
         t.reads.push_back(fresh);
       } catch (...) {
         t.keep(fresh, state_->events);
-        return error{errc::out_of_memory, "host memory exhausted recording a block use"};
+        return error{errc::out_of_memory, "host memory exhausted recording a use of block " + id.to_string() +
+                                              " on stream " + std::to_string(use.value) +
+                                              ": the use is not recorded; synchronise that stream before the "
+                                              "block's free or its next use on another stream"};
       }
-      return ok();
+      return kept_lazily(std::move(n), use);
     });
+  }
+
+  /// finish's result when its event could not be recorded (a driver error): the use is
+  /// kept as a lazy one, whose event is recorded on its stream when the free or another
+  /// stream must wait for it (later in that stream than the use, so it orders after it).
+  static result<void> kept_lazily(result<void> n, StreamId use) noexcept {
+    if (n) return n;
+    const error& e = n.error();
+    return error{e.code(),
+                 e.message() + "; the use is recorded all the same: its event is recorded on stream " +
+                     std::to_string(use.value) + " when the free or another stream must wait for it",
+                 e.driver_status()};
   }
 
   std::shared_ptr<StreamPool<D>> streams_;

@@ -15,7 +15,8 @@
 // working on different blocks never meet on a lock, wherever the blocks came from. Slots
 // live in chunks that double in size and never move, and a slot's generation grows each
 // time it is freed, so an id of a freed block never matches a newer block in the same
-// slot.
+// slot; a slot in its last generation is retired for good when freed, so the generation
+// never wraps.
 //
 // Owned shards. A thread whose ticket (detail::thread_ticket: live threads hold distinct
 // ones) is below OWNED owns shard [ticket]: it inserts there, and the blocks it frees
@@ -41,6 +42,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <mutex>  // std::lock_guard
@@ -73,6 +75,9 @@ class BlockTable {
   static constexpr std::uint32_t SHARDS = 1u << SHARD_BITS;
   /// Blocks one shard can hold at once (the index must stay below BlockId::NO_INDEX).
   static constexpr std::uint32_t MAX_PER_SHARD = (1u << (32 - SHARD_BITS)) - 1;
+  /// The last generation a slot lives: a block freed in it retires the slot for good, and
+  /// renew refuses it (see renew), so a generation never wraps to one an old id holds.
+  static constexpr std::uint32_t LAST_GENERATION = 0xffffffffu;
 
   /// A table whose ids name a new process-unique owner (so a block handed to a resource
   /// that did not make it is recognised as foreign).
@@ -103,12 +108,12 @@ class BlockTable {
     return sum;
   }
 
-  /// Stores a block of `ptr` and `bytes` and returns its new id. `init` is the entry: an
-  /// Entry to move in, or a `noexcept` callable that sets up the slot's entry in place
-  /// (`init(Entry&)`; the entry holds whatever the slot's previous block left in it, see
-  /// erase_if). Errors: out_of_memory (host memory, or the shard is full).
+  /// Stores a block of `ptr`, `bytes` and `tag` and returns its new id. `init` is the
+  /// entry: an Entry to move in, or a `noexcept` callable that sets up the slot's entry in
+  /// place (`init(Entry&)`; the entry holds whatever the slot's previous block left in it,
+  /// see erase_if). Errors: out_of_memory (host memory, or the shard is full).
   template <class Init>
-  result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Init&& init) noexcept {
+  result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, AllocTag tag, Init&& init) noexcept {
     const std::uint32_t sh = home_shard();
     Shard& s = shards_[sh];
     std::uint32_t local = 0;
@@ -125,25 +130,35 @@ class BlockTable {
       if (auto r = s.take(s.remote, local); !r) return std::move(r).error();
       add(s.added, bytes);
     }
-    return publish(s, sh, local, ptr, bytes, std::forward<Init>(init));
+    return publish(s, sh, local, ptr, bytes, tag, std::forward<Init>(init));
+  }
+  /// insert of an untagged block.
+  template <class Init>
+  result<BlockId> insert(std::uint64_t ptr, std::size_t bytes, Init&& init) noexcept {
+    return insert(ptr, bytes, AllocTag{}, std::forward<Init>(init));
   }
 
   /// insert's fast form, for a thread with a shard of its own and a slot its own frees
   /// left there: no lock, no result. Returns an invalid id (having changed nothing) in
   /// every other case; the caller then takes insert.
   template <class Init>
-  [[gnu::always_inline]] BlockId try_insert(std::uint64_t ptr, std::size_t bytes, Init&& init) noexcept {
+  [[gnu::always_inline]] BlockId try_insert(std::uint64_t ptr, std::size_t bytes, AllocTag tag,
+                                            Init&& init) noexcept {
     const std::uint32_t sh = home_shard();
     Shard& s = shards_[sh];
     const std::uint32_t local = s.local;
     if (sh >= OWNED || local == NONE) [[unlikely]] return BlockId{};
     s.local = s.at(local)->next_free;
     add(s.added, bytes);
-    return publish(s, sh, local, ptr, bytes, std::forward<Init>(init));
+    return publish(s, sh, local, ptr, bytes, tag, std::forward<Init>(init));
+  }
+  template <class Init>
+  [[gnu::always_inline]] BlockId try_insert(std::uint64_t ptr, std::size_t bytes, Init&& init) noexcept {
+    return try_insert(ptr, bytes, AllocTag{}, std::forward<Init>(init));
   }
 
   /// Runs `f(Entry&) -> result<void>` under the block's lock if `id` names a live block
-  /// (and, when `block` is given, one whose pointer and size match), and returns what f
+  /// (and, when `block` is given, one whose pointer, size, tag and stream match), and returns what f
   /// returns. Errors: foreign_block, double_free (Lookup::free) or stale_block
   /// (Lookup::use), or f's.
   template <class F>
@@ -175,10 +190,12 @@ class BlockTable {
   /// The entry itself stays in the slot, for the next insert to set up again (so the
   /// storage it owns, such as a vector's capacity, is reused rather than freed and made
   /// anew); f lets go of what the block held.
+  /// `tag_too`: whether `block`'s tag is compared (a caching layer's move to a new slot,
+  /// which renew does not compare either, passes false).
   template <class F>
-  result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
+  result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f, bool tag_too = true) noexcept {
     Slot* slot = nullptr;
-    if (auto e = lock_live(id, Lookup::free, block, slot); e) [[unlikely]] return std::move(*e);
+    if (auto e = lock_live(id, Lookup::free, block, slot, tag_too); e) [[unlikely]] return std::move(*e);
     if (result<void> r = f(slot->entry); !r) [[unlikely]] {
       slot->mu.unlock();
       return r;
@@ -208,29 +225,51 @@ class BlockTable {
   /// then on, exactly as after a free) but the slot stays live, keeping its pointer, size
   /// and bytes, and the new id is returned. On f's failure nothing changes but what f did.
   /// A caching layer reuses memory this way without letting an old id reach the new owner.
+  /// `block`'s tag is not compared: it becomes the tag of the new life (a caching layer
+  /// hands a cached block out under its new owner's tag, with no call here, and renews it
+  /// under that tag when it comes back).
+  /// A block whose generation is LAST_GENERATION cannot be renewed in its slot (the next
+  /// generation would wrap): renew refuses it before f runs, with out_of_memory naming
+  /// the slot; the owner moves the block to a new slot instead (erase_if, then insert).
   /// Errors: as for erase_if (double_free for a dead slot), or f's.
   template <class F>
   result<BlockId> renew(BlockId id, const DeviceBlock* block, F&& f) noexcept {
     Slot* slot = nullptr;
-    if (auto e = lock_live(id, Lookup::free, block, slot); e) [[unlikely]] return std::move(*e);
+    if (auto e = lock_live(id, Lookup::free, block, slot, false); e) [[unlikely]] return std::move(*e);
+    if (id.generation == LAST_GENERATION) [[unlikely]] {
+      slot->mu.unlock();
+      return error{errc::out_of_memory, "block " + id.to_string() +
+                                            " is in its slot's last generation: it cannot be renewed there"};
+    }
     if (result<void> r = f(slot->entry); !r) [[unlikely]] {
       slot->mu.unlock();
       return std::move(r).error();
     }
-    return reborn(id, slot);
+    return reborn(id, slot, block);
   }
 
   /// renew's fast form, with `f(Entry&) -> bool`: an invalid id, having changed nothing
   /// (but what f did), when `id` names no live block (matching `block`) or f declined.
   template <class F>
   [[gnu::always_inline]] BlockId try_renew(BlockId id, const DeviceBlock* block, F&& f) noexcept {
-    Slot* slot = lock_if_live(id, block);
+    Slot* slot = lock_if_live(id, block, false);
     if (slot == nullptr) [[unlikely]] return BlockId{};
-    if (!f(slot->entry)) [[unlikely]] {
+    if (id.generation == LAST_GENERATION || !f(slot->entry)) [[unlikely]] {
       slot->mu.unlock();
       return BlockId{};
     }
-    return reborn(id, slot);
+    return reborn(id, slot, block);
+  }
+
+  /// For tests: gives the live block `id` generation `generation` in its slot (so a test
+  /// reaches LAST_GENERATION without 2^32 reuses) and returns its id from then on; `id`
+  /// is stale afterwards. An invalid id when `id` names no live block.
+  BlockId set_generation_for_testing(BlockId id, std::uint32_t generation) noexcept {
+    Slot* slot = lock_if_live(id, nullptr);
+    if (slot == nullptr) return BlockId{};
+    slot->tag.store(tag_of(generation, true), std::memory_order_release);
+    slot->mu.unlock();
+    return BlockId{id.owner, id.index, generation};
   }
 
   /// Calls f(const Entry&) for every live block, under its lock (tests and diagnostics).
@@ -257,7 +296,10 @@ class BlockTable {
   struct alignas(64) Slot {
     std::atomic<std::uint64_t> tag{0};  // generation << 1 | live
     mutable detail::SpinLock mu;        // guards the rest while the block is live
-    std::uint32_t next_free = NONE;     // while free: the next slot of its free list
+    union {
+      std::uint32_t next_free = NONE;  // while free: the next slot of its free list
+      std::uint32_t alloc_tag;         // while live: the block's AllocTag
+    };
     std::uint64_t ptr = 0;
     std::size_t bytes = 0;
     Entry entry{};
@@ -330,30 +372,34 @@ class BlockTable {
   };
 
   /// Ends the life of the block in `slot` (locked by the caller, which lets go of it here)
-  /// and gives the slot back to one of its shard's free lists.
+  /// and gives the slot back to one of its shard's free lists; a slot whose generation is
+  /// LAST_GENERATION is retired for good instead (its next generation would wrap, and an
+  /// id freed 2^32 lives ago would name the new block).
   [[gnu::always_inline]] void retire(BlockId id, Slot* slot) noexcept {
     const std::size_t bytes = slot->bytes;
-    slot->tag.store(tag_of(id.generation + 1, false), std::memory_order_release);
+    const bool spent = id.generation == LAST_GENERATION;
+    slot->tag.store(tag_of(spent ? id.generation : id.generation + 1, false), std::memory_order_release);
     slot->mu.unlock();
     // Back to one of its shard's free lists. next_free is read only by whoever takes the
     // slot from that list (the owner, or a holder of the shard's lock).
     const std::uint32_t sh = id.index & (SHARDS - 1);
     Shard& s = shards_[sh];
     if (sh < OWNED && sh == home_shard()) {
-      slot->next_free = std::exchange(s.local, id.index >> SHARD_BITS);
+      if (!spent) [[likely]] slot->next_free = std::exchange(s.local, id.index >> SHARD_BITS);
       add(s.freed_local, bytes);
     } else {
       std::lock_guard g(s.mu);
-      slot->next_free = std::exchange(s.remote, id.index >> SHARD_BITS);
+      if (!spent) [[likely]] slot->next_free = std::exchange(s.remote, id.index >> SHARD_BITS);
       add(s.freed_remote, bytes);
       s.has_remote.store(true, std::memory_order_release);
     }
   }
 
   /// The next life of the live block in `slot` (locked by the caller, which lets go of it
-  /// here): a new generation, still live. Release: a lookup that acquires the new tag
-  /// sees what f wrote into the entry.
-  [[gnu::always_inline]] BlockId reborn(BlockId id, Slot* slot) noexcept {
+  /// here): a new generation, still live, under `block`'s tag when given. Release: a
+  /// lookup that acquires the new tag sees what f wrote into the entry.
+  [[gnu::always_inline]] BlockId reborn(BlockId id, Slot* slot, const DeviceBlock* block) noexcept {
+    if (block != nullptr) slot->alloc_tag = block->tag().value;
     const std::uint32_t gen = id.generation + 1;
     slot->tag.store(tag_of(gen, true), std::memory_order_release);
     slot->mu.unlock();
@@ -363,7 +409,7 @@ class BlockTable {
   /// Fills free slot `local` of shard `sh` (taken by the caller) and publishes it.
   template <class Init>
   [[gnu::always_inline]] BlockId publish(Shard& s, std::uint32_t sh, std::uint32_t local, std::uint64_t ptr,
-                                         std::size_t bytes, Init&& init) noexcept {
+                                         std::size_t bytes, AllocTag tag, Init&& init) noexcept {
     // No lock: a free slot is no one else's. A lookup with an old id of the slot finds
     // its generation stale and reads nothing else; the new id is not known before this
     // returns; and the release store of the tag publishes the fields to lookups (which
@@ -372,6 +418,7 @@ class BlockTable {
     const std::uint32_t gen = generation(slot.tag.load(std::memory_order_relaxed));
     slot.ptr = ptr;
     slot.bytes = bytes;
+    slot.alloc_tag = tag.value;  // next_free was read when the slot was taken
     if constexpr (std::is_nothrow_invocable_v<Init&, Entry&>) {
       init(slot.entry);
     } else {
@@ -406,16 +453,31 @@ class BlockTable {
     return chunk + off;
   }
 
+  /// Whether `block` is the live block in `slot` (locked): the same pointer, size and
+  /// (when `tag_too`) tag, and, for an Entry with a StreamId member `alloc_stream`, the
+  /// same alloc stream (a block rebuilt with other fields is forged: a free on another
+  /// stream would not wait for the real one, a free under another tag would skew the
+  /// counts above).
+  static bool matches(const Slot& slot, const DeviceBlock& block, bool tag_too) noexcept {
+    if (block.ptr() != slot.ptr || block.bytes() != slot.bytes) return false;
+    if (tag_too && block.tag().value != slot.alloc_tag) return false;
+    if constexpr (requires(const Entry& e) { { e.alloc_stream } -> std::convertible_to<StreamId>; }) {
+      return block.alloc_stream() == slot.entry.alloc_stream;
+    } else {
+      return true;
+    }
+  }
+
   /// The live slot of `id` (matching `block` when given), locked: the caller unlocks it.
   /// Null, with nothing locked, when there is none. The lock is taken and given by hand,
   /// not by a std::unique_lock, whose "owns" flag the pair would store and test again.
-  [[gnu::always_inline]] Slot* lock_if_live(BlockId id, const DeviceBlock* block) noexcept {
+  [[gnu::always_inline]] Slot* lock_if_live(BlockId id, const DeviceBlock* block, bool tag_too = true) noexcept {
     Slot* slot = const_cast<Slot*>(slot_of(id));
     if (slot == nullptr) [[unlikely]] return nullptr;
     slot->mu.lock();
     // Acquire: pairs with insert's release store (insert fills a free slot without its lock).
     if (slot->tag.load(std::memory_order_acquire) != tag_of(id.generation, true) ||
-        (block && (block->ptr() != slot->ptr || block->bytes() != slot->bytes))) [[unlikely]] {
+        (block && !matches(*slot, *block, tag_too))) [[unlikely]] {
       slot->mu.unlock();
       return nullptr;
     }
@@ -423,14 +485,16 @@ class BlockTable {
   }
 
   /// lock_if_live, with the reason on failure.
-  std::optional<error> lock_live(BlockId id, Lookup why, const DeviceBlock* block, Slot*& slot) noexcept {
-    slot = lock_if_live(id, block);
+  std::optional<error> lock_live(BlockId id, Lookup why, const DeviceBlock* block, Slot*& slot,
+                                 bool tag_too = true) noexcept {
+    slot = lock_if_live(id, block, tag_too);
     if (slot == nullptr) [[unlikely]] return refused(id, why);
     return std::nullopt;
   }
 
   /// Why lock_if_live refused `id`, read under the slot's lock. A refusal stands: a
-  /// generation only grows, and a live block's pointer and size do not change.
+  /// generation only grows, and a live block's pointer, size, tag and stream do not
+  /// change (a renewal that changes the stream changes the generation too).
   [[gnu::cold, gnu::noinline]] error refused(BlockId id, Lookup why) const {
     const Slot* slot = slot_of(id);
     if (slot == nullptr) return lookup_error(id, why, nullptr);
@@ -456,7 +520,7 @@ class BlockTable {
       return error{errc::stale_block, "block " + id.to_string() + " has been freed; its id is stale"};
     }
     return error{errc::foreign_block, "block " + id.to_string() +
-                                          " does not match the allocation of that id (pointer or size differs)"};
+                                          " does not match the allocation of that id (pointer, size, stream or tag differs)"};
   }
 
   std::uint32_t owner_;

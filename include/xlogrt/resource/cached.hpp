@@ -106,6 +106,14 @@ struct CachedOptions {
   /// memcheck reports a kernel that touches one (XLOGRT_CACHE=nvtx in the default
   /// stack). Costs a mutex and NVTX calls per allocation: for sanitizer runs.
   bool nvtx_marks = false;
+  /// Bytes one thread keeps in all its bins together: a free that would pass it moves
+  /// the thread's bins to their streams' depots first.
+  std::size_t thread_bytes = std::size_t{512} << 20;
+  /// Bytes all depots keep together: a block that would pass it is freed to the upstream
+  /// (stream-ordered, on its stream) instead. With thread_bytes this bounds what the
+  /// layer holds, however the work spreads over threads, streams and sizes:
+  /// threads x thread_bytes + depot_bytes.
+  std::size_t depot_bytes = std::size_t{2} << 30;
 };
 
 /// What a Cached layer did. Counts are cumulative; bytes are a moment's view.
@@ -197,6 +205,7 @@ class Cached : public Adaptor<Upstream> {
           const detail::CachedEntry e = bin.items[n - 1];
           bin.n.store(n - 1, std::memory_order_relaxed);
           const std::size_t size = detail::class_bytes(c);
+          tc->held.store(tc->held.load(std::memory_order_relaxed) - size, std::memory_order_relaxed);
           detail::bump(tc->hits);
           detail::bump(tc->requested, bytes);
           detail::bump(tc->granted, size);
@@ -232,9 +241,10 @@ class Cached : public Adaptor<Upstream> {
       if (bins != nullptr) [[likely]] {
         detail::CacheBin& bin = bins[c];
         const std::uint32_t k = bin.n.load(std::memory_order_relaxed);
-        if (k < st.bin_cap[c]) [[likely]] {
+        if (k < st.bin_cap[c] && tc->held.load(std::memory_order_relaxed) + n <= st.options.thread_bytes) [[likely]] {
           bin.items[k] = e;
           bin.n.store(k + 1, std::memory_order_relaxed);
+          detail::bump(tc->held, n);
           tc->claim.leave();
           return ok();
         }
@@ -349,6 +359,7 @@ class Cached : public Adaptor<Upstream> {
     std::mutex depot_make_mu;
     std::array<std::atomic<Depot*>, detail::CACHE_STREAMS> depots{};
     std::atomic<std::uint32_t> depot_streams{0};  // depots exist below this stream
+    std::atomic<std::size_t> depot_held{0};       // bytes in every depot (written under their locks)
 
     // Slow-path counters (read-modify-writes: off the hit path).
     std::atomic<std::uint64_t> depot_hits{0}, moves{0}, misses{0}, bypasses{0}, pressure_retries{0};
@@ -418,6 +429,7 @@ class Cached : public Adaptor<Upstream> {
         bins[c].n.store(0, std::memory_order_relaxed);
       }
     }
+    tc.held.store(0, std::memory_order_relaxed);
   }
 
   /// The depot of stream `s`, made on first use; null when host memory ran out.
@@ -437,20 +449,34 @@ class Cached : public Adaptor<Upstream> {
     return d;
   }
 
-  /// Puts blocks into stream `s`'s depot, under one lock; a block that cannot be kept
-  /// (host memory ran out) goes back to the upstream.
+  /// Puts blocks into stream `s`'s depot, under one lock. Those beyond depot_bytes go
+  /// back to the upstream first (a block the upstream refuses is kept after all), as
+  /// does a block that cannot be kept because host memory ran out.
   void depot_put(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry* e, std::size_t n = 1) noexcept {
-    std::size_t kept = 0;
+    const std::size_t size = detail::class_bytes(c);
+    // A soft bound: puts racing each other may pass it by their own blocks.
+    const std::size_t held = st.depot_held.load(std::memory_order_relaxed);
+    const std::size_t fit = held >= st.options.depot_bytes ? 0 : std::min(n, (st.options.depot_bytes - held) / size);
+    std::size_t from = 0;
+    while (from < n - fit && give_back(st, s, c, e[from])) ++from;
+    std::size_t kept = from;
     if (Depot* d = depot_of(st, s)) {
       std::lock_guard lock(d->mu);
       try {
         for (; kept < n; ++kept) d->fresh[c].push_back(e[kept]);
       } catch (...) {
       }
-      d->count[c].store(d->count[c].load(std::memory_order_relaxed) + static_cast<std::uint32_t>(kept),
+      d->count[c].store(d->count[c].load(std::memory_order_relaxed) + static_cast<std::uint32_t>(kept - from),
                         std::memory_order_relaxed);
     }
+    st.depot_held.fetch_add((kept - from) * size, std::memory_order_relaxed);
     for (; kept < n; ++kept) give_back(st, s, c, e[kept]);
+  }
+
+  /// Counts blocks of class `c` taken out of a depot (under its lock).
+  static void depot_took(State& st, Depot& d, std::uint32_t c, std::size_t n) noexcept {
+    d.count[c].store(d.count[c].load(std::memory_order_relaxed) - static_cast<std::uint32_t>(n), std::memory_order_relaxed);
+    st.depot_held.fetch_sub(n * detail::class_bytes(c), std::memory_order_relaxed);
   }
 
   /// Frees one cached block upstream (stream-ordered, on `s`). False when the upstream
@@ -470,10 +496,16 @@ class Cached : public Adaptor<Upstream> {
     return true;
   }
 
-  /// deallocate's rest, holding the claim: the thread's bins for `s` are not made yet, or
-  /// the bin is full (half of it moves to the depot first).
+  /// deallocate's rest, holding the claim: the thread's bins for `s` are not made yet,
+  /// the bin is full (half of it moves to the depot first), or the thread keeps
+  /// thread_bytes already (all its bins move to the depots first).
   [[gnu::noinline]] void keep_general(State& st, detail::ThreadCache* tc, std::uint32_t s, std::uint32_t c,
                                       const detail::CachedEntry& e) noexcept {
+    const std::size_t size = detail::class_bytes(c);
+    if (tc->held.load(std::memory_order_relaxed) + size > st.options.thread_bytes) {
+      drain(st, *tc, [&](std::uint32_t bs, std::uint32_t bc, const detail::CachedEntry& x) { depot_put(st, bs, bc, &x); });
+      if (size > st.options.thread_bytes) return depot_put(st, s, c, &e);
+    }
     detail::CacheBin* bins = tc->bins_of(s);
     if (bins == nullptr) return depot_put(st, s, c, &e);
     detail::CacheBin& bin = bins[c];
@@ -481,10 +513,12 @@ class Cached : public Adaptor<Upstream> {
     if (n >= st.bin_cap[c]) {
       const std::uint32_t keep = n / 2;
       depot_put(st, s, c, &bin.items[keep], n - keep);
+      tc->held.store(tc->held.load(std::memory_order_relaxed) - (n - keep) * size, std::memory_order_relaxed);
       n = keep;
     }
     bin.items[n] = e;
     bin.n.store(n + 1, std::memory_order_relaxed);
+    detail::bump(tc->held, size);
   }
 
   /// allocate's rest: bad input and bypasses, then this stream's depot, another stream's
@@ -544,7 +578,7 @@ class Cached : public Adaptor<Upstream> {
         while (want != 0 && !list->empty()) {
           const detail::CachedEntry x = list->back();
           list->pop_back();
-          d->count[c].store(d->count[c].load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+          depot_took(st, *d, c, 1);
           --want;
           if (!e) {
             e = x;
@@ -552,6 +586,7 @@ class Cached : public Adaptor<Upstream> {
             const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
             bins[c].items[n] = x;
             bins[c].n.store(n + 1, std::memory_order_relaxed);
+            detail::bump(tc->held, detail::class_bytes(c));
           }
         }
       }
@@ -570,8 +605,10 @@ class Cached : public Adaptor<Upstream> {
       detail::CacheBin* bins = s == to ? nullptr : tc->streams[s].load(std::memory_order_relaxed);
       if (bins == nullptr) continue;
       const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
-      if (n != 0) depot_put(st, s, c, bins[c].items.data(), n);
+      if (n == 0) continue;
+      depot_put(st, s, c, bins[c].items.data(), n);
       bins[c].n.store(0, std::memory_order_relaxed);
+      tc->held.store(tc->held.load(std::memory_order_relaxed) - n * detail::class_bytes(c), std::memory_order_relaxed);
     }
     tc->claim.leave();
   }
@@ -591,7 +628,7 @@ class Cached : public Adaptor<Upstream> {
         if (!d->done[c].empty()) {
           e = d->done[c].back();
           d->done[c].pop_back();
-          d->count[c].store(d->count[c].load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+          depot_took(st, *d, c, 1);
         }
       }
       if (!e) continue;
@@ -668,8 +705,7 @@ class Cached : public Adaptor<Upstream> {
             auto& list = which == 0 ? d->fresh[c] : which == 1 ? d->marked[c] : d->done[c];
             taken.clear();
             taken.swap(list);  // no allocation: the list keeps taken's old (empty) buffer
-            d->count[c].store(d->count[c].load(std::memory_order_relaxed) - static_cast<std::uint32_t>(taken.size()),
-                              std::memory_order_relaxed);
+            depot_took(st, *d, c, taken.size());
           }
           for (const detail::CachedEntry& e : taken) {
             if (!give_back(st, s, c, e)) depot_put(st, s, c, &e);

@@ -42,7 +42,7 @@ class DirectCuda {
     auto& drv = driver();
     auto ptr = drv.mem_alloc(bytes);
     if (!ptr) return std::move(ptr).error();
-    auto id = state_->table.insert(*ptr, bytes, Empty{});
+    auto id = state_->table.insert(*ptr, bytes, tag, Entry{stream});
     if (!id) {
       (void)drv.mem_free(*ptr);
       return std::move(id).error();
@@ -54,7 +54,7 @@ class DirectCuda {
   result<void> deallocate(DeviceBlock&& b) noexcept {
     if (auto r = detail::check_block(b, device_ordinal()); !r) return r;
     if (auto r = make_current(); !r) return r;
-    auto r = state_->table.erase_if(b.id(), &b, [&](Empty&) { return driver().mem_free(b.ptr()); });
+    auto r = state_->table.erase_if(b.id(), &b, [&](Entry&) { return driver().mem_free(b.ptr()); });
     if (!r) return r;
     DeviceBlock gone = std::move(b);
     return ok();
@@ -72,9 +72,13 @@ class DirectCuda {
   const std::shared_ptr<StreamPool<D>>& streams() const noexcept { return streams_; }
 
  private:
-  struct Empty {};
+  /// The table compares a freed block's alloc stream with this (and its pointer, size
+  /// and tag with its own): a block rebuilt with other fields is refused.
+  struct Entry {
+    StreamId alloc_stream;
+  };
   struct State {
-    BlockTable<Empty> table;
+    BlockTable<Entry> table;
   };
   std::shared_ptr<StreamPool<D>> streams_;
   std::unique_ptr<State> state_;

@@ -16,6 +16,7 @@
 // A malformed value is an invalid_argument error that names the variable and the value;
 // nothing here aborts or throws.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -41,12 +42,43 @@ struct EnvConfig {
   bool cache_nvtx = false;                  ///< ... marking its blocks for compute-sanitizer
 };
 
+/// The largest budget XLOGRT_BUDGET_BYTES accepts: 2^63 - 2 bytes (a limit of 2^63 - 1 or
+/// more is how Budget spells "no limit", and a larger one would read as none).
+inline constexpr std::uint64_t MAX_BUDGET_BYTES = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) - 1;
+
+namespace detail {
+/// `text` as a message may quote it: control characters and backslashes escaped as \xNN and
+/// \\, so that a value read from the environment cannot put a newline, an escape
+/// sequence or a NUL into a log or a terminal.
+inline std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c < 0x20 || c == 0x7f) {
+      static constexpr char digits[] = "0123456789abcdef";
+      out += "\\x";
+      out += digits[c >> 4];
+      out += digits[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+}  // namespace detail
+
 /// Parses a byte count: digits, optional spaces, an optional K/M/G/T (any case) optionally
 /// followed by "B" or "iB", or a bare "B". Errors: invalid_argument (malformed, zero, or
-/// more than a size_t holds), the message naming `what` and the text.
-inline result<std::size_t> parse_byte_size(std::string_view text, std::string_view what = "byte size") {
+/// more than `max` bytes), the message naming `what` and the text (escaped: see
+/// detail::printable).
+inline result<std::size_t> parse_byte_size(std::string_view text, std::string_view what = "byte size",
+                                           std::uint64_t max = std::numeric_limits<std::size_t>::max()) {
   auto bad = [&](std::string_view why) {
-    return error{errc::invalid_argument, std::string(what) + "='" + std::string(text) + "' " + std::string(why) +
+    return error{errc::invalid_argument, std::string(what) + "='" + detail::printable(text) + "' " +
+                                             std::string(why) +
                                              ": expected a whole number of bytes with an optional K, M, G or T "
                                              "suffix (powers of 1024), e.g. 512M or 8G"};
   };
@@ -85,7 +117,10 @@ inline result<std::size_t> parse_byte_size(std::string_view text, std::string_vi
   if (v == 0) return bad("is zero (a budget of 0 bytes would refuse every allocation; unset the variable for no budget)");
   if (shift != 0 && v > (std::numeric_limits<std::uint64_t>::max() >> shift)) return bad("is too large");
   v <<= shift;
-  if (v > std::numeric_limits<std::size_t>::max()) return bad("is too large");
+  if (v > std::numeric_limits<std::size_t>::max() || v > max) {
+    return bad("is too large (at most " + std::to_string(std::min<std::uint64_t>(max, std::numeric_limits<std::size_t>::max())) +
+               " bytes)");
+  }
   return static_cast<std::size_t>(v);
 }
 
@@ -95,7 +130,7 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
                                           const char* cache = nullptr) {
   EnvConfig c;
   if (budget_bytes != nullptr && *budget_bytes != '\0') {
-    auto b = parse_byte_size(budget_bytes, ENV_BUDGET_BYTES);
+    auto b = parse_byte_size(budget_bytes, ENV_BUDGET_BYTES, MAX_BUDGET_BYTES);
     if (!b) return std::move(b).error();
     c.budget_bytes = *b;
   }
@@ -107,7 +142,7 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
     } else if (v == "nvtx") {
       c.cache_nvtx = true;
     } else if (v != "1" && v != "on" && v != "true") {
-      return error{errc::invalid_argument, std::string(ENV_CACHE) + "='" + std::string(v) +
+      return error{errc::invalid_argument, std::string(ENV_CACHE) + "='" + detail::printable(v) +
                                                "' is not one of 0, off, false, 1, on, true, nvtx"};
     }
   }

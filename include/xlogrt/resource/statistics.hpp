@@ -3,6 +3,7 @@
 
 // Statistics<Up>: per-tag and total counts of what a stack allocates and frees.
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstddef>
@@ -62,8 +63,12 @@ struct StatisticsSnapshot {
 
 /// Not thread-safe: a value, owned by one thread at a time.
 struct StatisticsOptions {
+  /// The most tag slots (each is a cache line per stripe: 256 KiB a stripe at most).
+  static constexpr std::uint32_t MAX_TAG_SLOTS = 4096;
+  /// The most stripes.
+  static constexpr std::uint32_t MAX_STRIPES = 256;
   /// Tags 0 .. tag_slots-1 are counted one by one; larger tags share one `other` entry.
-  /// Each slot is one cache line per stripe.
+  /// Each slot is one cache line per stripe. At most MAX_TAG_SLOTS.
   std::uint32_t tag_slots = 64;
   /// Stripes of the counters (rounded up to a power of two, at most 256); 0: the host's
   /// cores, rounded up, at least 4 and at most 64. Threads with the smallest tickets
@@ -133,8 +138,29 @@ class Statistics : public Adaptor<Upstream> {
   /// Operations of one tag in one stripe between two lowerings of its mark.
   static constexpr std::uint64_t EPOCH = 64;
 
+  /// Options out of range are clamped (tag_slots to MAX_TAG_SLOTS, stripes to
+  /// MAX_STRIPES); create() refuses them instead. Throws std::bad_alloc when host memory
+  /// runs out (create() returns out_of_memory).
   explicit Statistics(Upstream up, StatisticsOptions options = {})
       : Adaptor<Upstream>(std::move(up)), state_(std::make_unique<State>(options)) {}
+
+  /// Errors: invalid_argument for tag_slots above MAX_TAG_SLOTS or stripes above
+  /// MAX_STRIPES; out_of_memory when host memory runs out.
+  static result<Statistics> create(Upstream upstream, StatisticsOptions options = {}) noexcept {
+    if (options.tag_slots > StatisticsOptions::MAX_TAG_SLOTS) {
+      return error{errc::invalid_argument, "StatisticsOptions: tag_slots is " + std::to_string(options.tag_slots) +
+                                               ", above " + std::to_string(StatisticsOptions::MAX_TAG_SLOTS)};
+    }
+    if (options.stripes > StatisticsOptions::MAX_STRIPES) {
+      return error{errc::invalid_argument, "StatisticsOptions: stripes is " + std::to_string(options.stripes) +
+                                               ", above " + std::to_string(StatisticsOptions::MAX_STRIPES)};
+    }
+    try {
+      return Statistics(std::move(upstream), options);
+    } catch (...) {
+      return error{errc::out_of_memory, "host memory exhausted building a Statistics layer"};
+    }
+  }
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
     auto b = upstream().allocate(bytes, stream, tag);
@@ -264,7 +290,7 @@ class Statistics : public Adaptor<Upstream> {
   };
   struct State {
     explicit State(const StatisticsOptions& o)
-        : slots(o.tag_slots), count(stripe_count(o.stripes)),
+        : slots(std::min(o.tag_slots, StatisticsOptions::MAX_TAG_SLOTS)), count(stripe_count(o.stripes)),
           stripes(new std::atomic<Entry*>[count + 1]), shared(new Shared[std::size_t{slots} + 2]) {
       for (std::uint32_t k = 0; k < count; ++k) stripes[k].store(nullptr, std::memory_order_relaxed);
       stripes[count].store(new Entry[entries()], std::memory_order_relaxed);  // the shared one

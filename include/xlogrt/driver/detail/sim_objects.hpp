@@ -77,6 +77,7 @@ struct Stream {
   const void* owner = nullptr;  // the SimDriver, to refuse another driver's handles
   Device* device = nullptr;
   std::uint32_t id = 0;  // index in the driver's stream table; 0 is the host
+  std::uint64_t api_id = 0;  // stream_get_id: id, or a new number when the handle was reused
   std::uint64_t generation = 0;
   bool alive = true;
   bool legacy = false;

@@ -73,6 +73,7 @@ struct ThreadCache {
   alignas(64) std::array<std::atomic<CacheBin*>, CACHE_STREAMS> streams{};
   // The owner's counters (see CacheStats).
   alignas(64) std::atomic<std::uint64_t> hits{0};
+  std::atomic<std::size_t> held{0};  ///< bytes in its bins (CachedOptions::thread_bytes)
   std::atomic<std::uint64_t> requested{0};
   std::atomic<std::uint64_t> granted{0};
   std::atomic<bool> orphaned{false};  ///< its thread has exited

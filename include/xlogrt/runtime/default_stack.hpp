@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// The default stack, DefaultStackOn<D> (Statistics over Logging over Cached over Budget
+// over AsyncCuda), DefaultStack on the real driver, and the StackBuilder that configures
+// it from the environment. `DefaultStackOn<SimDriver>` is nameable once
+// <xlogrt/driver/sim_driver.hpp> is included too.
+
+#include <memory>
+#include <utility>
+
+#include "xlogrt/core/result.hpp"
+#include "xlogrt/device/stream_pool.hpp"
+#include "xlogrt/driver/concept.hpp"
+#include "xlogrt/driver/cuda_driver.hpp"
+#include "xlogrt/resource/async_cuda.hpp"
+#include "xlogrt/resource/budget.hpp"
+#include "xlogrt/resource/cached.hpp"
+#include "xlogrt/resource/env_config.hpp"
+#include "xlogrt/resource/logging.hpp"
+#include "xlogrt/resource/statistics.hpp"
+#include "xlogrt/runtime/device_runtime.hpp"
+
+namespace xlogrt {
+
+/// The default stack over driver D, outermost first:
+/// - Statistics: per-tag current / peak / cumulative bytes and counts of what the users
+///   hold (always on: a few relaxed atomic additions per call);
+/// - Logging to a CSV file in RMM's layout, from XLOGRT_LOG_FILE (unset: off, and a
+///   disabled FileSink costs one predictable branch), every user allocation and free;
+/// - Cached: freed blocks kept on the host and handed out again without a driver call
+///   (XLOGRT_CACHE=0: off, every call goes to the pool);
+/// - Budget: the per-ordinal byte budget, from XLOGRT_BUDGET_BYTES (unset: no limit),
+///   charging every byte the stack holds, cached ones included;
+/// - AsyncCuda: stream-ordered allocation from the device's pool with cross-stream use
+///   tracking, its release threshold at the maximum (the pool keeps what the cache gives
+///   back, as RMM's and PyTorch's caching allocators keep theirs).
+template <Driver D>
+using DefaultStackOn = Statistics<Logging<Cached<Budget<AsyncCuda<D>>>, FileSink>>;
+
+/// The stack `DeviceRuntime<DefaultStack>::try_get(ordinal)` builds, on the real driver.
+using DefaultStack = DefaultStackOn<CudaDriver>;
+
+/// Builds the default stack from the environment. Errors: invalid_argument for a
+/// malformed XLOGRT_BUDGET_BYTES or XLOGRT_CACHE, the log file's open error, the base
+/// resource's errors.
+template <Driver D>
+struct StackBuilder<DefaultStackOn<D>> {
+  static result<DefaultStackOn<D>> build(const std::shared_ptr<StreamPool<D>>& streams) noexcept {
+    auto env = read_env_config();
+    if (!env) return std::move(env).error();
+    auto base = AsyncCuda<D>::create(streams);
+    if (!base) return std::move(base).error();
+    FileSink sink;
+    if (env->log_file) {
+      auto opened = FileSink::open(*env->log_file);
+      if (!opened) return std::move(opened).error();
+      sink = std::move(*opened);
+    }
+    BudgetOptions budget;
+    budget.limit_bytes = env->budget_bytes;
+    CachedOptions cache;
+    cache.enabled = env->cache;
+    cache.nvtx_marks = env->cache_nvtx;
+    using Base = Cached<Budget<AsyncCuda<D>>>;
+    return DefaultStackOn<D>(Logging<Base, FileSink>(Base(Budget<AsyncCuda<D>>(std::move(*base), budget), cache),
+                                                     std::move(sink)));
+  }
+};
+
+}  // namespace xlogrt

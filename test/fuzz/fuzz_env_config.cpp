@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fuzzes the environment configuration (resource/env_config.hpp): the input is up to
+// three NUL-separated values of XLOGRT_BUDGET_BYTES, XLOGRT_LOG_FILE and XLOGRT_CACHE
+// (a missing one is unset). parse_env_config must give a configuration or an
+// invalid_argument error naming the variable, never throw or abort; the budget must
+// agree with an independent reading of the byte-size grammar, in 128-bit arithmetic,
+// and a size it accepts must parse again, printed in bytes, to the same value.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <xlogrt/resource/env_config.hpp>
+
+namespace {
+[[noreturn]] void broken(const std::string& what) {
+  std::fprintf(stderr, "xlogrt fuzz: invariant broken: %s\n", what.c_str());
+  std::abort();
+}
+
+/// The grammar of env_config.hpp's header comment, read independently.
+std::optional<std::size_t> reference_size(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  std::size_t i = 0;
+  unsigned __int128 v = 0;
+  bool overflow = false;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+    v = v * 10 + static_cast<unsigned>(s[i] - '0');
+    if (v > UINT64_MAX) overflow = true, v = UINT64_MAX;
+    ++i;
+  }
+  if (i == 0) return std::nullopt;
+  std::string_view rest = s.substr(i);
+  while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+  unsigned shift = 0;
+  if (!rest.empty()) {
+    const char c = static_cast<char>(rest.front() | 0x20);
+    const std::string_view tail = rest.substr(1);
+    if (c == 'b') {
+      if (!tail.empty()) return std::nullopt;
+    } else {
+      if (c == 'k') shift = 10;
+      else if (c == 'm') shift = 20;
+      else if (c == 'g') shift = 30;
+      else if (c == 't') shift = 40;
+      else return std::nullopt;
+      if (!(tail.empty() || tail == "B" || tail == "b" || tail == "iB" || tail == "ib" || tail == "IB")) return std::nullopt;
+    }
+  }
+  if (overflow || v == 0) return std::nullopt;
+  v <<= shift;
+  if (v > SIZE_MAX) return std::nullopt;
+  return static_cast<std::size_t>(v);
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace xlogrt;
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  std::optional<std::string> vars[3];
+  std::size_t at = 0;
+  for (auto& v : vars) {
+    if (at > text.size()) break;
+    const std::size_t nul = text.find('\0', at);
+    v = text.substr(at, nul == std::string::npos ? std::string::npos : nul - at);
+    at = nul == std::string::npos ? text.size() + 1 : nul + 1;
+  }
+  auto c = [&](int i) { return vars[i] ? vars[i]->c_str() : nullptr; };
+  auto cfg = parse_env_config(c(0), c(1), c(2));
+
+  const bool budget_set = vars[0] && !vars[0]->empty();
+  const auto want = budget_set ? reference_size(*vars[0]) : std::nullopt;
+  auto sized = budget_set ? parse_byte_size(*vars[0], ENV_BUDGET_BYTES) : result<std::size_t>(std::size_t{0});
+  if (budget_set) {
+    if (sized.has_value() != want.has_value() || (want && *sized != *want)) {
+      broken("parse_byte_size('" + *vars[0] + "') gave " + (sized ? std::to_string(*sized) : sized.error().what()) +
+             ", the grammar says " + (want ? std::to_string(*want) : std::string("an error")));
+    }
+    if (sized) {
+      auto again = parse_byte_size(std::to_string(*sized));
+      if (!again || *again != *sized) broken("a parsed size does not parse again in bytes");
+    } else if (sized.error().code() != errc::invalid_argument ||
+               sized.error().message().find(ENV_BUDGET_BYTES) == std::string::npos) {
+      broken("parse_byte_size's error does not name the variable: " + sized.error().what());
+    }
+  }
+  if (!cfg) {
+    if (cfg.error().code() != errc::invalid_argument || cfg.error().message().find("XLOGRT_") == std::string::npos) {
+      broken("parse_env_config's error is not named: " + cfg.error().what());
+    }
+    if (budget_set && sized) {
+      // Then XLOGRT_CACHE was refused.
+      const std::string_view v = vars[2] ? std::string_view(*vars[2]) : std::string_view();
+      if (v.empty() || v == "0" || v == "off" || v == "false" || v == "1" || v == "on" || v == "true" || v == "nvtx") {
+        broken("parse_env_config refused a good configuration: " + cfg.error().what());
+      }
+    }
+    return 0;
+  }
+  if (budget_set != cfg->budget_bytes.has_value() || (budget_set && (!sized || *cfg->budget_bytes != *sized))) {
+    broken("parse_env_config's budget differs from parse_byte_size's");
+  }
+  const bool log_set = vars[1] && !vars[1]->empty();
+  if (log_set != cfg->log_file.has_value() || (log_set && *cfg->log_file != *vars[1])) {
+    broken("parse_env_config's log file differs from XLOGRT_LOG_FILE");
+  }
+  const std::string_view v = vars[2] ? std::string_view(*vars[2]) : std::string_view();
+  const bool off = v == "0" || v == "off" || v == "false";
+  if (cfg->cache == off || cfg->cache_nvtx != (v == "nvtx")) broken("parse_env_config's XLOGRT_CACHE reading is wrong");
+  return 0;
+}
