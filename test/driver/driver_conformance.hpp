@@ -375,8 +375,9 @@ void mem_info_follows_allocation(Probe& p) {
   const MemInfo during = p.need(d.mem_get_info(), "mem_get_info after mem_alloc");
   p.expect(during.total == before.total, "mem_get_info's total changed");
   p.expect(during.free + n <= before.free,
-           "mem_get_info's free fell by " + std::to_string(before.free - during.free) +
-               " bytes, not at least 64 MiB, over a 64 MiB mem_alloc");
+           "mem_get_info's free went from " + std::to_string(before.free) + " to " +
+               std::to_string(during.free) +
+               " bytes, not down by at least 64 MiB, over a 64 MiB mem_alloc");
   p.need(d.mem_free(ptr), "mem_free");
   const MemInfo after = p.need(d.mem_get_info(), "mem_get_info after mem_free");
   p.expect(after.free > during.free, "mem_get_info's free did not rise after mem_free");
