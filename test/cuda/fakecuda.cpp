@@ -210,6 +210,13 @@ CUresult CUDAAPI fake_cuStreamGetId(CUstream s, unsigned long long* id) {
   *id = u(s) * 7 + g_state.stream_id_salt;
   return CUDA_SUCCESS;
 }
+// The context current when asked: adopt makes its device's current first, so a fake
+// stream always belongs to the adopting device.
+CUresult CUDAAPI fake_cuStreamGetCtx(CUstream s, CUcontext* ctx) {
+  if (CUresult r = enter("cuStreamGetCtx", 9020, u(s)); r != CUDA_SUCCESS) return r;
+  *ctx = static_cast<CUcontext>(g_state.current_ctx);
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI fake_cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
   return enter("cuStreamWaitEvent", 3020, u(s), u(e), flags);
 }
@@ -402,6 +409,7 @@ const Entry g_entries[] = {
     {"cuStreamSynchronize", 2000, as_void(&fake_cuStreamSynchronize)},
     {"cuStreamQuery", 2000, as_void(&fake_cuStreamQuery)},
     {"cuStreamGetId", 12000, as_void(&fake_cuStreamGetId)},
+    {"cuStreamGetCtx", 9020, as_void(&fake_cuStreamGetCtx)},
     {"cuStreamWaitEvent", 3020, as_void(&fake_cuStreamWaitEvent)},
     {"cuEventCreate", 2000, as_void(&fake_cuEventCreate)},
     {"cuEventDestroy", 2000, as_void(&fake_cuEventDestroy_v1)},

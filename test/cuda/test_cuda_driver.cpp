@@ -179,7 +179,7 @@ TEST_CASE("every entry point is resolved at the version of its ABI, legacy strea
       {"cuMemGetInfo", 3020},             {"cuStreamCreate", 2000},
       {"cuStreamDestroy", 4000},          {"cuStreamSynchronize", 2000},
       {"cuStreamQuery", 2000},            {"cuStreamWaitEvent", 3020},
-      {"cuStreamGetId", 12000},
+      {"cuStreamGetId", 12000},          {"cuStreamGetCtx", 9020},
       {"cuEventCreate", 2000},            {"cuEventDestroy", 4000},
       {"cuEventRecord", 2000},            {"cuEventQuery", 2000},
       {"cuEventSynchronize", 2000},       {"cuDeviceGetDefaultMemPool", 11020},

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "scenarios.hpp"
@@ -449,4 +450,66 @@ TEST_CASE("a stream fault reaches every waiter of a point, and later ones at onc
   CHECK(again.error().code() == errc::stream_fault);
   rig.reactor.reset();
   rig.n_streams = 1;
+}
+
+TEST_CASE("weak spot: a failed stream query that is not sticky does not fault the stream; a sticky one does",
+          "[reactor][fault]") {
+  // As in the fault test above: the simulators outlive the process's tests (the faulted
+  // case leaves host functions in the simulator's queues).
+  static auto* const keep = new std::vector<std::unique_ptr<SimDriver>>();
+  keep->push_back(std::make_unique<SimDriver>(sim_config()));
+  SimDriver& sim = *keep->back();
+  Rig<SimDriver> rig(sim, options());
+  REQUIRE(rig.device->make_current());
+  Reactor<SimDriver>& reactor = *rig.reactor;
+  static Gate gate;
+
+  // Hold stream 1 so its waits stay armed while the scanner probes it, and make its
+  // queries fail; returns the wait and the query count before the failure.
+  const auto arm_and_fail = [&](int fail_status, bool always) {
+    gate.open.store(false);
+    REQUIRE(sim.launch_host_func(rig.stream(1), &Gate::hold, &gate));
+    auto f = reactor.when_done_future(StreamId{1});
+    REQUIRE(f);
+    const auto queries = sim.calls("cuStreamQuery");
+    if (always) {
+      REQUIRE(sim.fail_always("cuStreamQuery", fail_status));
+    } else {
+      REQUIRE(sim.fail_nth("cuStreamQuery", 1, fail_status));
+    }
+    return std::pair{std::move(*f), queries};
+  };
+  const auto release = [&] {
+    sim.clear_failures();
+    gate.open.store(true, std::memory_order_release);
+  };
+
+  SECTION("a transient failure: the wait completes with success, and later waits work") {
+    auto [f, queries] = arm_and_fail(status::unknown, false);
+    // The failed probe, and two more while the wait stays armed.
+    REQUIRE(eventually([&, q = queries] { return sim.calls("cuStreamQuery") >= q + 3; }, 20s));
+    release();
+    CHECK_NOTHROW(f.get());
+    auto again = reactor.when_done_future(StreamId{1});
+    REQUIRE(again);
+    again->get();
+    CHECK(reactor.counters().faulted == 0);
+  }
+  SECTION("a sticky status (illegal address): the stream is faulted for good") {
+    auto [f, queries] = arm_and_fail(status::illegal_address, false);
+    REQUIRE(f.wait_for(20s) == std::future_status::ready);
+    release();
+    CHECK_THROWS_AS(f.get(), FutureError);
+    auto again = reactor.when_done_future(StreamId{1});
+    REQUIRE_FALSE(again);
+    CHECK(again.error().code() == errc::stream_fault);
+  }
+  SECTION("a stream that cannot be queried at all faults after repeated failures") {
+    auto [f, queries] = arm_and_fail(status::invalid_handle, true);
+    REQUIRE(f.wait_for(20s) == std::future_status::ready);
+    CHECK(sim.calls("cuStreamQuery") >= queries + Reactor<SimDriver>::QUERY_FAILURES_TO_FAULT);
+    release();
+    CHECK_THROWS_AS(f.get(), FutureError);
+  }
+  REQUIRE(sim.stream_synchronize(rig.stream(1)));
 }

@@ -278,6 +278,17 @@ class alignas(64) CudaDriver {
     return static_cast<std::uint64_t>(id);
   }
 
+  /// cuStreamGetCtx: the context `s` belongs to (StreamPool::adopt compares it with its
+  /// device's).
+  result<CUcontext> stream_context(CUstream s) const noexcept {
+    if (exiting_now()) [[unlikely]] return exiting("cuStreamGetCtx");
+    CUcontext ctx = nullptr;
+    if (const CUresult r = api_.cuStreamGetCtx_(s, &ctx); r != CUDA_SUCCESS) [[unlikely]] {
+      return failure(r, "cuStreamGetCtx");
+    }
+    return ctx;
+  }
+
   /// cuStreamWaitEvent(s, e, 0): work enqueued on `s` afterwards waits for `e`.
   result<void> stream_wait_event(CUstream s, CUevent e) const noexcept {
     return call("cuStreamWaitEvent", api_.cuStreamWaitEvent_, s, e, 0u);

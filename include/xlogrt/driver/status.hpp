@@ -31,6 +31,18 @@ inline constexpr int launch_failed = 719;
 inline constexpr int not_supported = 801;
 inline constexpr int unknown = 999;
 
+/// Whether `s` is one of CUDA's sticky errors: a fault on the device (illegal address 700,
+/// launch timeout 702, device assert 710, hardware stack error 714, illegal instruction
+/// 715, misaligned address 716, invalid address space 717, invalid PC 718, launch failure
+/// 719) that leaves the context unusable, so that every later call returns it too. Any
+/// other failure may be transient.
+constexpr bool sticky(int s) noexcept {
+  switch (s) {
+    case 700: case 702: case 710: case 714: case 715: case 716: case 717: case 718: case 719: return true;
+    default: return false;
+  }
+}
+
 /// The CUDA name of the statuses above ("CUDA_ERROR_OUT_OF_MEMORY"); empty for others.
 constexpr std::string_view name(int s) noexcept {
   switch (s) {

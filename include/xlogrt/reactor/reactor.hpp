@@ -32,8 +32,11 @@
 //
 // Faults. A stream whose context faults never writes its flags nor runs its host
 // functions. While waits are armed the scanner queries their streams every probe_every;
-// when a query fails, the stream's waiters complete with errc::stream_fault, and later
-// waits on it fail at once with the same error. (The host functions of a faulted stream
+// when a query fails with one of CUDA's sticky statuses (status::sticky: the context is
+// gone), or fails QUERY_FAILURES_TO_FAULT probes in a row with any other (a stream that
+// cannot be queried at all), the stream's waiters complete with errc::stream_fault, and
+// later waits on it fail at once with the same error. Any other failed query is taken as
+// transient: the waits stay armed and the next probe asks again. (The host functions of a faulted stream
 // stay in the driver's queue for ever; each holds a small ticket of the reactor's, which
 // is therefore never freed.)
 //
@@ -92,6 +95,7 @@
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/device/device.hpp"
 #include "xlogrt/device/stream_pool.hpp"
+#include "xlogrt/driver/status.hpp"
 #include "xlogrt/driver/concept.hpp"
 #include "xlogrt/driver/lifetime.hpp"
 #include "xlogrt/reactor/atomics.hpp"
@@ -161,6 +165,9 @@ class Reactor {
   using driver_type = D;
   using stream_t = typename D::stream_t;
   static constexpr std::size_t MAX_SLOTS = std::size_t{1} << 20;
+  /// Probes in a row whose query of a stream fails with a status that is not sticky
+  /// before the stream counts as faulted (see the header comment).
+  static constexpr std::uint8_t QUERY_FAILURES_TO_FAULT = 16;
 
   /// A reactor over the streams of `streams`, with its scanner thread started.
   /// Errors: invalid_argument (null pool, options out of range), the driver's (making
@@ -588,12 +595,16 @@ class Reactor {
       auto h = streams_->get(StreamId{static_cast<std::uint32_t>(s)});
       if (!h) continue;
       auto q = driver_->stream_query(*h);
+      if (q) {
+        query_failures_[s] = 0;
+        continue;
+      }
       // Once the process exits the driver answers shutting_down to everything: that says
       // nothing about the stream.
-      if (!q && q.error().code() != errc::shutting_down) {
-        record_fault(static_cast<std::uint32_t>(s), q.error());
-        fail_stream(static_cast<std::uint32_t>(s));
-      }
+      if (q.error().code() == errc::shutting_down) continue;
+      if (!status::sticky(q.error().driver_status()) && ++query_failures_[s] < QUERY_FAILURES_TO_FAULT) continue;
+      record_fault(static_cast<std::uint32_t>(s), q.error());
+      fail_stream(static_cast<std::uint32_t>(s));
     }
   }
 
@@ -656,6 +667,8 @@ class Reactor {
 
   // Faults: written once per stream by the scanner, read by arm().
   std::array<std::atomic<bool>, MAX_STREAMS> faulted_{};
+  // Failed queries in a row of each stream, with a status that is not sticky (the scanner's).
+  std::array<std::uint8_t, MAX_STREAMS> query_failures_{};
   std::unique_ptr<std::optional<error>[]> fault_error_;
 
   // Registrant-side counters.

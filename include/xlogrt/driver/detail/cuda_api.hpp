@@ -66,6 +66,7 @@ namespace xlogrt::detail {
   X(cuStreamSynchronize, 2000)         \
   X(cuStreamQuery, 2000)               \
   X(cuStreamGetId, 12000)              \
+  X(cuStreamGetCtx, 9020)              \
   X(cuEventCreate, 2000)               \
   X(cuEventDestroy, 4000)              \
   X(cuEventQuery, 2000)                \
