@@ -40,3 +40,17 @@ xlogrt_prereqs() {
     return 1
   fi
 }
+
+# What test/fuzz/run.sh needs beyond the build: clang++ with libFuzzer (Debian clang).
+xlogrt_fuzz_prereqs() {
+  command -v clang++ >/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "xlogrt: installing Debian packages: clang"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null ||
+      { echo "xlogrt: apt-get install clang failed" >&2; return 1; }
+  else
+    echo "xlogrt: fuzzing needs clang++ with libFuzzer (sudo apt-get install clang)" >&2
+    return 1
+  fi
+}

@@ -16,14 +16,8 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(stacks env_config log_csv)
 out=${XLOGRT_FUZZ_BUILD:-build-fuzz}
 
-if ! command -v clang++ >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null
-  else
-    echo "fuzz: clang++ with libFuzzer is needed (sudo apt-get install clang)" >&2
-    exit 1
-  fi
-fi
+. test/prereqs.sh
+xlogrt_fuzz_prereqs
 cuda_inc=""
 for d in "${CUDA_PATH:-}/include" /usr/local/cuda/include; do
   [ -f "$d/cuda.h" ] && { cuda_inc=$d; break; }
