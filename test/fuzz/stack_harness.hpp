@@ -20,10 +20,13 @@
 //   any layer nor on the simulated device.
 // A broken invariant prints one sentence and aborts (a crash, for libFuzzer).
 //
-// Known bugs. Issue #16 lists bugs another change fixes; inputs that reach them would
-// make every fuzzing run stop on the same crash. The decoder steers around them unless
-// XLOGRT_FUZZ_KNOWN_BUGS names them ("all", or a comma-separated list of bug numbers),
-// so that a fix can be checked by turning its bug back on.
+// Known bugs. Inputs that reach a known, open bug would make every fuzzing run stop on
+// the same crash, so the decoder steers around the bugs XLOGRT_FUZZ_KNOWN_BUGS does not
+// name ("all", or a comma-separated list of issue #16's bug numbers). Unset, it names
+// every bug of issue #16 that is fixed; the one still open is bug 3 through a caching
+// layer (Cached relabels a block it hands out without telling the layer below, so a
+// block freed with a forged tag is accepted there, and a Statistics above it drifts),
+// which the variable names as -3.
 
 #include <algorithm>
 #include <cstdint>
@@ -62,7 +65,7 @@ namespace xlogrt::fuzz {
 inline bool known_bug_enabled(int n) {
   static const std::string env = [] {
     const char* v = std::getenv("XLOGRT_FUZZ_KNOWN_BUGS");
-    return std::string(v ? v : "");
+    return std::string(v ? v : "1,2,3,4,5,6,7,8,9");
   }();
   if (env == "all") return true;
   std::size_t i = 0;
@@ -331,7 +334,7 @@ class Harness {
     // Bug #2's root (the alloc stream is not compared with the table's) also lets
     // DirectCuda free, and AsyncCuda record, a block whose alloc stream is out of range.
     if ((kind == Forge::other_stream || kind == Forge::bad_stream) && !known_bug_enabled(2)) kind = Forge::ptr_up;
-    if (kind == Forge::other_tag && !known_bug_enabled(3)) kind = Forge::gen_up;
+    if (kind == Forge::other_tag && cached && !known_bug_enabled(-3)) kind = Forge::gen_up;  // -3: bug 3 via Cached
     Fields f = fields(h.b);
     switch (kind) {
       case Forge::ptr_up: f.ptr += 256; break;
