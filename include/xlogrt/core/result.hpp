@@ -238,7 +238,7 @@ class [[nodiscard]] result {
     if (self.has_) [[likely]] {
       if constexpr (std::is_void_v<U>) {
         std::invoke(std::forward<F>(f), std::forward<Self>(self).value_);
-        return result<void>();
+        return result<U>();  // U, not void: a dependent name, looked up once result<void> exists
       } else {
         return result<U>(std::invoke(std::forward<F>(f), std::forward<Self>(self).value_));
       }
