@@ -158,13 +158,15 @@ class BlockTable {
   }
 
   /// Runs `f(Entry&) -> result<void>` under the block's lock if `id` names a live block
-  /// (and, when `block` is given, one whose pointer, size, tag and stream match), and returns what f
+  /// (and, when `block` is given, one whose pointer, size and stream match), and returns what f
   /// returns. Errors: foreign_block, double_free (Lookup::free) or stale_block
-  /// (Lookup::use), or f's.
+  /// (Lookup::use), or f's. The tag is not compared: a use does not depend on it, and a
+  /// caching layer hands a block out again under its new owner's tag without telling
+  /// this table (only a free, erase_if, compares it).
   template <class F>
   result<void> with(BlockId id, Lookup why, F&& f, const DeviceBlock* block = nullptr) noexcept {
     Slot* slot = nullptr;
-    if (auto e = lock_live(id, why, block, slot); e) [[unlikely]] return std::move(*e);
+    if (auto e = lock_live(id, why, block, slot, false); e) [[unlikely]] return std::move(*e);
     result<void> r = f(slot->entry);
     slot->mu.unlock();
     return r;
