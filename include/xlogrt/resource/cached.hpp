@@ -503,7 +503,7 @@ class Cached : public Adaptor<Upstream> {
                                       const detail::CachedEntry& e) noexcept {
     const std::size_t size = detail::class_bytes(c);
     if (tc->held.load(std::memory_order_relaxed) + size > st.options.thread_bytes) {
-      drain(st, *tc, [&](std::uint32_t bs, std::uint32_t bc, const detail::CachedEntry& x) { depot_put(st, bs, bc, &x); });
+      spill_bins(st, *tc, detail::CACHE_STREAMS, ALL_CLASSES);
       if (size > st.options.thread_bytes) return depot_put(st, s, c, &e);
     }
     detail::CacheBin* bins = tc->bins_of(s);
@@ -601,16 +601,29 @@ class Cached : public Adaptor<Upstream> {
   /// complete, move them: a thread whose work changes streams reuses its own memory.
   void spill_other_bins(State& st, detail::ThreadCache* tc, std::uint32_t to, std::uint32_t c) noexcept {
     if (tc == nullptr || !tc->claim.enter()) return;
-    for (std::uint32_t s = 0; s < detail::CACHE_STREAMS; ++s) {
-      detail::CacheBin* bins = s == to ? nullptr : tc->streams[s].load(std::memory_order_relaxed);
-      if (bins == nullptr) continue;
-      const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
-      if (n == 0) continue;
-      depot_put(st, s, c, bins[c].items.data(), n);
-      bins[c].n.store(0, std::memory_order_relaxed);
-      tc->held.store(tc->held.load(std::memory_order_relaxed) - n * detail::class_bytes(c), std::memory_order_relaxed);
-    }
+    spill_bins(st, *tc, to, c);
     tc->claim.leave();
+  }
+
+  static constexpr std::uint32_t ALL_CLASSES = ~std::uint32_t{0};
+
+  /// Moves a claimed thread cache's bins to their streams' depots, one depot lock per
+  /// bin: those of class `c` (every class: ALL_CLASSES) of every stream but `keep`
+  /// (CACHE_STREAMS: none kept).
+  void spill_bins(State& st, detail::ThreadCache& tc, std::uint32_t keep, std::uint32_t c) noexcept {
+    const std::uint32_t first = c == ALL_CLASSES ? 0 : c;
+    const std::uint32_t last = c == ALL_CLASSES ? st.classes : c + 1;
+    for (std::uint32_t s = 0; s < detail::CACHE_STREAMS; ++s) {
+      detail::CacheBin* bins = s == keep ? nullptr : tc.streams[s].load(std::memory_order_relaxed);
+      if (bins == nullptr) continue;
+      for (std::uint32_t k = first; k < last; ++k) {
+        const std::uint32_t n = bins[k].n.load(std::memory_order_relaxed);
+        if (n == 0) continue;
+        depot_put(st, s, k, bins[k].items.data(), n);
+        bins[k].n.store(0, std::memory_order_relaxed);
+        tc.held.store(tc.held.load(std::memory_order_relaxed) - n * detail::class_bytes(k), std::memory_order_relaxed);
+      }
+    }
   }
 
   /// A block of class `c` from another stream's depot whose free is known complete,
