@@ -4,7 +4,8 @@
 // (a missing one is unset). parse_env_config must give a configuration or an
 // invalid_argument error naming the variable, never throw or abort; the budget must
 // agree with an independent reading of the byte-size grammar, in 128-bit arithmetic,
-// and a size it accepts must parse again, printed in bytes, to the same value.
+// and a size it accepts must parse again, printed in bytes, to the same value; a budget
+// above MAX_BUDGET_BYTES is refused by parse_env_config alone.
 
 #include <cstdint>
 #include <cstdio>
@@ -92,7 +93,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (cfg.error().code() != errc::invalid_argument || cfg.error().message().find("XLOGRT_") == std::string::npos) {
       broken("parse_env_config's error is not named: " + cfg.error().what());
     }
-    if (budget_set && sized) {
+    if (budget_set && sized && *sized <= MAX_BUDGET_BYTES) {
       // Then XLOGRT_CACHE was refused.
       const std::string_view v = vars[2] ? std::string_view(*vars[2]) : std::string_view();
       if (v.empty() || v == "0" || v == "off" || v == "false" || v == "1" || v == "on" || v == "true" || v == "nvtx") {
@@ -101,6 +102,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     return 0;
   }
+  if (budget_set && sized && *sized > MAX_BUDGET_BYTES) broken("parse_env_config accepted a budget above MAX_BUDGET_BYTES");
   if (budget_set != cfg->budget_bytes.has_value() || (budget_set && (!sized || *cfg->budget_bytes != *sized))) {
     broken("parse_env_config's budget differs from parse_byte_size's");
   }
