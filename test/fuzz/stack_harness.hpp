@@ -23,10 +23,7 @@
 // Known bugs. Inputs that reach a known, open bug would make every fuzzing run stop on
 // the same crash, so the decoder steers around the bugs XLOGRT_FUZZ_KNOWN_BUGS does not
 // name ("all", or a comma-separated list of issue #16's bug numbers). Unset, it names
-// every bug of issue #16 that is fixed; the one still open is bug 3 through a caching
-// layer (Cached relabels a block it hands out without telling the layer below, so a
-// block freed with a forged tag is accepted there, and a Statistics above it drifts),
-// which the variable names as -3.
+// every bug of issue #16, all of which are fixed, so the decoder steers around none.
 
 #include <algorithm>
 #include <cstdint>
@@ -335,7 +332,6 @@ class Harness {
     // Bug #2's root (the alloc stream is not compared with the table's) also lets
     // DirectCuda free, and AsyncCuda record, a block whose alloc stream is out of range.
     if ((kind == Forge::other_stream || kind == Forge::bad_stream) && !known_bug_enabled(2)) kind = Forge::ptr_up;
-    if (kind == Forge::other_tag && cached && !known_bug_enabled(-3)) kind = Forge::gen_up;  // -3: bug 3 via Cached
     Fields f = fields(h.b);
     switch (kind) {
       case Forge::ptr_up: f.ptr += 256; break;

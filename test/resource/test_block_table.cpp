@@ -427,7 +427,7 @@ TEST_CASE("generation wrap: a block in its slot's last generation is not renewed
   REQUIRE(t.erase_if(last, &b, [](Token&) { return ok(); }));
 }
 
-TEST_CASE("bug 3: a block with another tag is refused; a renewal takes the block's tag", "[block_table]") {
+TEST_CASE("bug 3: a block with another tag is refused; retag changes the tag a free must name", "[block_table]") {
   BlockTable<Token> t;
   auto a = t.insert(0x1000, 256, AllocTag{5}, Token{1});
   REQUIRE(a);
@@ -435,12 +435,15 @@ TEST_CASE("bug 3: a block with another tag is refused; a renewal takes the block
   const DeviceBlock six{0x1000, 256, StreamId{0}, 0, AllocTag{6}, *a};
   CHECK_FALSE(t.try_erase(*a, &six, [](Token&) { return true; }));
   CHECK(failure(t.erase_if(*a, &six, [](Token&) { return ok(); })) == errc::foreign_block);
-  // A use does not look at the tag: a caching layer hands blocks out under a new tag.
+  CHECK_FALSE(t.try_renew(*a, &six, [](Token&) { return true; }).valid());
+  CHECK(failure(t.renew(*a, &six, [](Token&) { return ok(); })) == errc::foreign_block);
+  // A use does not look at the tag.
   CHECK(t.with(*a, Lookup::use, [](Token&) { return ok(); }, &six));
-  CHECK(t.with(*a, Lookup::use, [](Token&) { return ok(); }, &five));
-  // A caching layer hands the block out under tag 6 and renews it so.
-  auto r = t.renew(*a, &six, [](Token&) { return ok(); });
+  // A caching layer renews the block under its tag, and hands it out under tag 6.
+  auto r = t.renew(*a, &five, [](Token&) { return ok(); });
   REQUIRE(r);
+  CHECK_FALSE(t.retag(*a, AllocTag{6}));  // a stale id changes nothing
+  REQUIRE(t.retag(*r, AllocTag{6}));
   const DeviceBlock six_next{0x1000, 256, StreamId{0}, 0, AllocTag{6}, *r};
   const DeviceBlock five_next{0x1000, 256, StreamId{0}, 0, AllocTag{5}, *r};
   CHECK(failure(t.erase_if(*r, &five_next, [](Token&) { return ok(); })) == errc::foreign_block);

@@ -557,3 +557,52 @@ TEST_CASE("a cached block handed out under a new tag records uses like any block
   REQUIRE(r.deallocate(std::move(*b)).has_value());
   CHECK(rig.sim.hazards().empty());
 }
+
+TEST_CASE("a cached block rebuilt under another tag is refused, and the counts above stay exact", "[cached]") {
+  // Issue 16's bug 3 through the caching layer: the layer hands a block out again under
+  // its new owner's tag, so only a table that knows that tag can refuse a forged one.
+  SimDriver sim{SimConfig{}};
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  auto base = AsyncCuda<SimDriver>::create(*pool);
+  REQUIRE(base.has_value());
+  Statistics<Cached<AsyncCuda<SimDriver>>> r{Cached<AsyncCuda<SimDriver>>(std::move(*base))};
+  const AllocTag first{1}, second{2}, forged{3};
+
+  auto a = r.allocate(4096, StreamId{0}, first);
+  REQUIRE(a.has_value());
+  DeviceBlock as_first{a->ptr(), a->bytes(), a->alloc_stream(), a->device_ordinal(), a->tag(), a->id()};  // a copy
+  REQUIRE(r.deallocate(std::move(*a)).has_value());
+  auto b = r.allocate(4096, StreamId{0}, second);  // a hit, handed out under `second`
+  REQUIRE(b.has_value());
+  REQUIRE(r.upstream().stats().hits == 1);
+
+  for (AllocTag t : {first, forged}) {
+    DeviceBlock fake{b->ptr(), b->bytes(), b->alloc_stream(), b->device_ordinal(), t, b->id()};
+    auto e = r.deallocate(std::move(fake));
+    REQUIRE_FALSE(e);
+    CHECK(e.error().code() == errc::foreign_block);
+    CHECK_FALSE(fake.empty());  // still the caller's
+    CHECK(r.snapshot().total.current_bytes == 4096);
+    CHECK(r.snapshot().of(second).current_bytes == 4096);
+    CHECK(r.snapshot().of(t).current_bytes == 0);
+  }
+  CHECK(r.deallocate(std::move(as_first)).error().code() == errc::double_free);  // the first owner's copy is stale
+  REQUIRE(r.deallocate(std::move(*b)).has_value());  // the real owner frees it under its tag
+  CHECK(r.snapshot().total.current_bytes == 0);
+  CHECK(r.snapshot().of(second).current_bytes == 0);
+
+  // Handed out once more under `first`: its tag follows the owner again.
+  auto c = r.allocate(4096, StreamId{0}, first);
+  REQUIRE(c.has_value());
+  DeviceBlock fake{c->ptr(), c->bytes(), c->alloc_stream(), c->device_ordinal(), second, c->id()};
+  CHECK(r.deallocate(std::move(fake)).error().code() == errc::foreign_block);
+  REQUIRE(r.deallocate(std::move(*c)).has_value());
+  CHECK(r.snapshot().of(first).current_bytes == 0);
+  r.upstream().trim();
+  REQUIRE(r.reap_pending().has_value());
+  CHECK(r.bytes_outstanding() == 0);
+  CHECK(sim.hazards().empty());
+}

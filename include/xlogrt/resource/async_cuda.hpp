@@ -157,9 +157,8 @@ class AsyncCuda {
   ///   one). @pre every work on the block is known complete on the GPU (the caller saw an
   ///   event recorded on the alloc stream after the renewal complete); no driver call.
   ///   Errors: invalid_argument when the block has uses on other streams.
-  /// `b`'s tag is not compared with the allocation's (its pointer, size and stream are):
-  /// a caching layer hands cached blocks out under their new owners' tags, and the new
-  /// block carries `b`'s. On error `b` stays with the caller, untouched and live.
+  /// `b` is checked as a free checks it (pointer, size, alloc stream and tag); the new
+  /// block carries `b`'s tag. On error `b` stays with the caller, untouched and live.
   result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to) noexcept {
     if (!detail::valid_block(b, ordinal_) || !streams_->contains(b.alloc_stream()) ||
         !streams_->contains(to)) [[unlikely]] {
@@ -175,6 +174,12 @@ class AsyncCuda {
     DeviceBlock gone = std::move(b);
     return next;
   }
+
+  /// Makes `tag` the tag the next free or recycle of the live block `id` must name: a
+  /// caching layer hands a recycled block to a new owner under that owner's tag. Only
+  /// the block's holder may call it. False, changing nothing, when `id` names no live
+  /// block of this resource.
+  bool retag_block(BlockId id, AllocTag tag) noexcept { return state_->table.retag(id, tag); }
 
   std::size_t bytes_outstanding() const noexcept {
     std::size_t sum = state_->table.live_bytes();
@@ -471,7 +476,7 @@ class AsyncCuda {
   [[gnu::cold, gnu::noinline]] result<DeviceBlock> recycle_moving(DeviceBlock& b, StreamId to, stream_t a) noexcept {
     auto fresh = state_->table.insert(b.ptr(), b.bytes(), b.tag(), [to](Track& t) noexcept { t.start(to); });
     if (!fresh) return std::move(fresh).error();
-    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) { return end_life(t, b, to, a); }, false);
+    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) { return end_life(t, b, to, a); });
     if (!r) {
       (void)state_->table.erase_if(*fresh, nullptr, [](Track&) { return ok(); });
       return std::move(r).error();

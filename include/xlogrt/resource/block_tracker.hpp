@@ -160,9 +160,8 @@ class BlockTable {
   /// Runs `f(Entry&) -> result<void>` under the block's lock if `id` names a live block
   /// (and, when `block` is given, one whose pointer, size and stream match), and returns what f
   /// returns. Errors: foreign_block, double_free (Lookup::free) or stale_block
-  /// (Lookup::use), or f's. The tag is not compared: a use does not depend on it, and a
-  /// caching layer hands a block out again under its new owner's tag without telling
-  /// this table (only a free, erase_if, compares it).
+  /// (Lookup::use), or f's. The tag is not compared: a use does not depend on it (a free
+  /// or a renewal compares it).
   template <class F>
   result<void> with(BlockId id, Lookup why, F&& f, const DeviceBlock* block = nullptr) noexcept {
     Slot* slot = nullptr;
@@ -192,12 +191,10 @@ class BlockTable {
   /// The entry itself stays in the slot, for the next insert to set up again (so the
   /// storage it owns, such as a vector's capacity, is reused rather than freed and made
   /// anew); f lets go of what the block held.
-  /// `tag_too`: whether `block`'s tag is compared (a caching layer's move to a new slot,
-  /// which renew does not compare either, passes false).
   template <class F>
-  result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f, bool tag_too = true) noexcept {
+  result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
     Slot* slot = nullptr;
-    if (auto e = lock_live(id, Lookup::free, block, slot, tag_too); e) [[unlikely]] return std::move(*e);
+    if (auto e = lock_live(id, Lookup::free, block, slot); e) [[unlikely]] return std::move(*e);
     if (result<void> r = f(slot->entry); !r) [[unlikely]] {
       slot->mu.unlock();
       return r;
@@ -227,9 +224,9 @@ class BlockTable {
   /// then on, exactly as after a free) but the slot stays live, keeping its pointer, size
   /// and bytes, and the new id is returned. On f's failure nothing changes but what f did.
   /// A caching layer reuses memory this way without letting an old id reach the new owner.
-  /// `block`'s tag is not compared: it becomes the tag of the new life (a caching layer
-  /// hands a cached block out under its new owner's tag, with no call here, and renews it
-  /// under that tag when it comes back).
+  /// `block` is compared as for a free, its tag included; the new life keeps the tag
+  /// (a caching layer that hands the block to an owner under another tag says so with
+  /// retag).
   /// A block whose generation is LAST_GENERATION cannot be renewed in its slot (the next
   /// generation would wrap): renew refuses it before f runs, with out_of_memory naming
   /// the slot; the owner moves the block to a new slot instead (erase_if, then insert).
@@ -237,7 +234,7 @@ class BlockTable {
   template <class F>
   result<BlockId> renew(BlockId id, const DeviceBlock* block, F&& f) noexcept {
     Slot* slot = nullptr;
-    if (auto e = lock_live(id, Lookup::free, block, slot, false); e) [[unlikely]] return std::move(*e);
+    if (auto e = lock_live(id, Lookup::free, block, slot); e) [[unlikely]] return std::move(*e);
     if (id.generation == LAST_GENERATION) [[unlikely]] {
       slot->mu.unlock();
       return error{errc::out_of_memory, "block " + id.to_string() +
@@ -247,20 +244,32 @@ class BlockTable {
       slot->mu.unlock();
       return std::move(r).error();
     }
-    return reborn(id, slot, block);
+    return reborn(id, slot);
   }
 
   /// renew's fast form, with `f(Entry&) -> bool`: an invalid id, having changed nothing
   /// (but what f did), when `id` names no live block (matching `block`) or f declined.
   template <class F>
   [[gnu::always_inline]] BlockId try_renew(BlockId id, const DeviceBlock* block, F&& f) noexcept {
-    Slot* slot = lock_if_live(id, block, false);
+    Slot* slot = lock_if_live(id, block);
     if (slot == nullptr) [[unlikely]] return BlockId{};
     if (id.generation == LAST_GENERATION || !f(slot->entry)) [[unlikely]] {
       slot->mu.unlock();
       return BlockId{};
     }
-    return reborn(id, slot, block);
+    return reborn(id, slot);
+  }
+
+  /// Gives the live block `id` the tag its next free must name: a caching layer hands a
+  /// renewed block to a new owner under that owner's tag. Only the holder of `id` may
+  /// call it (the layer, before the owner has the block). False, changing nothing, when
+  /// `id` names no live block.
+  bool retag(BlockId id, AllocTag tag) noexcept {
+    Slot* slot = lock_if_live(id, nullptr);
+    if (slot == nullptr) [[unlikely]] return false;
+    slot->alloc_tag = tag.value;
+    slot->mu.unlock();
+    return true;
   }
 
   /// For tests: gives the live block `id` generation `generation` in its slot (so a test
@@ -398,10 +407,9 @@ class BlockTable {
   }
 
   /// The next life of the live block in `slot` (locked by the caller, which lets go of it
-  /// here): a new generation, still live, under `block`'s tag when given. Release: a
-  /// lookup that acquires the new tag sees what f wrote into the entry.
-  [[gnu::always_inline]] BlockId reborn(BlockId id, Slot* slot, const DeviceBlock* block) noexcept {
-    if (block != nullptr) slot->alloc_tag = block->tag().value;
+  /// here): a new generation, still live. Release: a lookup that acquires the new
+  /// generation sees what f wrote into the entry.
+  [[gnu::always_inline]] BlockId reborn(BlockId id, Slot* slot) noexcept {
     const std::uint32_t gen = id.generation + 1;
     slot->tag.store(tag_of(gen, true), std::memory_order_release);
     slot->mu.unlock();

@@ -56,7 +56,10 @@
 // bytes_outstanding() + stats().cached_bytes.
 //
 // Tracking. Blocks carry the upstream's ids, so prepare / finish / record_block_use go
-// to the upstream unchanged.
+// to the upstream unchanged. A block handed out under another tag than its last owner's
+// is retagged in the upstream's table (one locked store on the block's own slot, only
+// when the tag changes), so a free is checked against the tag its owner got, and a block
+// rebuilt under another tag is refused as the upstream refuses it.
 //
 // compute-sanitizer. A cached block is still the process's memory to the driver; with
 // `nvtx_marks` the layer registers its blocks through the NVTX memory API, and memcheck
@@ -211,7 +214,7 @@ class Cached : public Adaptor<Upstream> {
           detail::bump(tc->granted, size);
           tc->claim.leave();
           if (st.marks.on()) [[unlikely]] st.marks.handed(e.ptr, size);
-          return DeviceBlock{e.ptr, size, stream, ordinal_, tag, e.id};
+          return hand_out(e, size, stream, tag);
         }
       }
       tc->claim.leave();
@@ -557,6 +560,14 @@ class Cached : public Adaptor<Upstream> {
     return std::move(*got);
   }
 
+  /// Cached block `e` as its next owner's, of `size` bytes on `stream` under `tag`. The
+  /// retag cannot be refused: the layer holds the block's only live id.
+  [[gnu::always_inline]] DeviceBlock hand_out(const detail::CachedEntry& e, std::size_t size, StreamId stream,
+                                              AllocTag tag) noexcept {
+    if (e.tag.value != tag.value) [[unlikely]] (void)upstream().retag_block(e.id, tag);
+    return DeviceBlock{e.ptr, size, stream, ordinal_, tag, e.id};
+  }
+
   /// A block of class `c` from `stream`'s own depot, refilling the thread's bin with up
   /// to half a bin more.
   std::optional<DeviceBlock> take_own_depot(State& st, StreamId stream, std::uint32_t c, AllocTag tag,
@@ -593,7 +604,7 @@ class Cached : public Adaptor<Upstream> {
     }
     if (mine) tc->claim.leave();
     if (!e) return std::nullopt;
-    return DeviceBlock{e->ptr, detail::class_bytes(c), stream, ordinal_, tag, e->id};
+    return hand_out(*e, detail::class_bytes(c), stream, tag);
   }
 
   /// Moves the calling thread's blocks of class `c` kept for other streams than `to` to
@@ -651,7 +662,7 @@ class Cached : public Adaptor<Upstream> {
         depot_put(st, s, c, &*e);
         continue;
       }
-      return DeviceBlock{moved->ptr(), moved->bytes(), to, ordinal_, tag, moved->id()};
+      return hand_out(detail::CachedEntry{moved->ptr(), moved->id(), moved->tag()}, moved->bytes(), to, tag);
     }
     return std::nullopt;
   }

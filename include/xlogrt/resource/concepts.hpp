@@ -58,13 +58,17 @@ concept TrackingResource =
 
 /// A stack whose blocks can be reused without a free and a new allocation, which a
 /// caching layer needs (see AsyncCuda::recycle_block for the contract).
-/// recycle_block(b, to): ends b's life as deallocate would (uses on other streams ordered
-///   before its alloc stream, its id stale) and returns the memory as a new block on
-///   `to`. On error b stays with the caller, live.
+/// recycle_block(b, to): ends b's life as deallocate would (b checked as a free checks it,
+///   uses on other streams ordered before its alloc stream, its id stale) and returns the
+///   memory as a new block on `to`, under b's tag. On error b stays with the caller, live.
+/// retag_block(id, tag): the live block `id`, held by the caller, is to be freed or
+///   recycled under `tag` from now on (a caching layer hands a recycled block to an owner
+///   of another tag; a free under any other tag is then refused as forged).
 template <class R>
 concept RecyclingResource =
-    TrackingResource<R> && requires(R& r, DeviceBlock& b, StreamId s) {
+    TrackingResource<R> && requires(R& r, DeviceBlock& b, StreamId s, BlockId id, AllocTag t) {
       { r.recycle_block(b, s) } -> std::same_as<result<DeviceBlock>>;
+      { r.retag_block(id, t) } noexcept -> std::same_as<bool>;
     };
 
 /// A resource that reaches the driver: base resources (DirectCuda, AsyncCuda) have it,
