@@ -12,6 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include <xlogrt/device/stream_pool.hpp>
+#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/resource/async_cuda.hpp>
 #include <xlogrt/resource/budget.hpp>
 
 #include "spies.hpp"
@@ -459,4 +462,28 @@ TEST_CASE("8 threads asking for exactly the limit between them are all granted",
   CHECK(refused == 0);
   CHECK(in_use(ord) == 0);
   REQUIRE(clear_device_budget(ord).has_value());
+}
+
+TEST_CASE("a request too big for the budget on a stream the device lacks is unknown_stream", "[budget]") {
+  // Bad input is named before the size is: the caller's mistake is the stream.
+  constexpr int ord = 13;
+  SimDriver sim{SimConfig{.devices = ord + 1}};
+  auto dev = Device<SimDriver>::open(sim, ord);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  auto base = AsyncCuda<SimDriver>::create(*pool);
+  REQUIRE(base.has_value());
+  Budget<AsyncCuda<SimDriver>> b{std::move(*base), BudgetOptions{.limit_bytes = 4096}};
+  auto big = b.allocate(8192, StreamId{7}, AllocTag{});
+  REQUIRE_FALSE(big);
+  CHECK(big.error().code() == errc::unknown_stream);
+  auto fits = b.allocate(4096, StreamId{7}, AllocTag{});
+  REQUIRE_FALSE(fits);
+  CHECK(fits.error().code() == errc::unknown_stream);
+  CHECK(in_use(ord) == 0);
+  auto over = b.allocate(8192, StreamId{1}, AllocTag{});
+  REQUIRE_FALSE(over);
+  CHECK(over.error().code() == errc::out_of_budget);
+  CHECK(in_use(ord) == 0);
 }

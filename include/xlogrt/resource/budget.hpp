@@ -353,6 +353,10 @@ class Budget : public Adaptor<Upstream> {
     if (slot_ == nullptr) return detail::bad_budget_ordinal(upstream().device_ordinal());
     detail::BudgetStripe& st = stripe();
     if (!charge(st, bytes)) {
+      // A request that names no stream of the device is bad input before it is too big.
+      if constexpr (DriverResource<Upstream>) {
+        if (auto h = upstream().stream_handle(stream); !h) return std::move(h).error();
+      }
       auto reaped = reap_pending();
       if (!charge(st, bytes)) return over_budget(bytes, stream, tag, reaped);
     }
