@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "xlogrt/driver/concept.hpp"
-#include "xlogrt/driver/detail/sim_clock.hpp"
-#include "xlogrt/driver/detail/sim_memory.hpp"
+#include "xlogrt/sim/detail/clock.hpp"
+#include "xlogrt/sim/detail/memory.hpp"
 
 namespace xlogrt::detail::sim {
 

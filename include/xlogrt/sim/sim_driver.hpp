@@ -45,10 +45,10 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/driver/concept.hpp"
-#include "xlogrt/driver/detail/sim_clock.hpp"
-#include "xlogrt/driver/detail/sim_memory.hpp"
-#include "xlogrt/driver/detail/sim_objects.hpp"
-#include "xlogrt/driver/detail/sim_shadow.hpp"
+#include "xlogrt/sim/detail/clock.hpp"
+#include "xlogrt/sim/detail/memory.hpp"
+#include "xlogrt/sim/detail/objects.hpp"
+#include "xlogrt/sim/detail/shadow.hpp"
 #include "xlogrt/driver/lifetime.hpp"
 #include "xlogrt/driver/status.hpp"
 
@@ -121,7 +121,7 @@ struct SimAccess {
 /// status::launch_failed).
 using SimKernelBody = detail::sim::KernelBody;
 
-/// Kinds of simulated operations and of hazards (see detail/sim_clock.hpp for the
+/// Kinds of simulated operations and of hazards (see sim/detail/clock.hpp for the
 /// list); `to_string` names them.
 using SimOpKind = detail::sim::OpKind;
 using SimHazardKind = detail::sim::HazardKind;
