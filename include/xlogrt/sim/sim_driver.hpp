@@ -314,9 +314,10 @@ class SimDriver {
   bool idle_locked() const noexcept;
   void worker() noexcept;
 
-  // Which lock guards what: mu_ guards every member below but cfg_ (and the constants
-  // set by the constructor, memory_bytes_ to reservation_, read-only afterwards): the
-  // components (host_, checker_, faults_, sched_ and each device's memory) included.
+  // mu_ guards every member below, the components (host_, sched_, checker_, faults_,
+  // each device's memory) included, except what the constructor sets and nothing
+  // changes afterwards: cfg_, serial_, memory_bytes_, stride_, init_error_, the
+  // reservation_ mapping, and workers_ (joined by the destructor).
   SimConfig cfg_;
   std::uint64_t serial_;
   std::uint64_t memory_bytes_ = 0;  // per device, rounded
