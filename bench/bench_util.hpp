@@ -24,7 +24,7 @@
 #include <vector>
 
 #include <xlogrt/driver/cuda_driver.hpp>
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 
 namespace xlogrt::bench {
 

@@ -14,7 +14,7 @@
 // usage: log_replay [log.csv] [repeats=3]
 
 #include <xlogrt/driver/cuda_driver.hpp>
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/resource/async_cuda.hpp>
 #include <xlogrt/resource/budget.hpp>
 #include <xlogrt/resource/direct_cuda.hpp>

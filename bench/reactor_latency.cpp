@@ -65,7 +65,7 @@
 #include "xlogrt/device/event_pool.hpp"
 #include "xlogrt/device/stream_pool.hpp"
 #include "xlogrt/driver/cuda_driver.hpp"
-#include "xlogrt/driver/sim_driver.hpp"
+#include "xlogrt/sim/sim_driver.hpp"
 #include "xlogrt/reactor/awaitable.hpp"
 #include "xlogrt/reactor/pinned_flags.hpp"
 #include "xlogrt/reactor/point.hpp"

@@ -15,7 +15,7 @@
 //
 // usage: tour [SNAPSHOT.csv]   (the log is XLOGRT_LOG_FILE's, when set)
 
-#include <xlogrt/driver/sim_driver.hpp>  // the tour runs on the simulator when there is no GPU
+#include <xlogrt/sim/sim_driver.hpp>  // the tour runs on the simulator when there is no GPU
 #include <xlogrt/runtime.hpp>
 
 #include <algorithm>

@@ -20,7 +20,7 @@
 //
 // usage: tracking_cost [rounds=200] [uses-per-round=100] [pairs-per-thread=100000]
 
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 // docs/architecture.md, "The caching layer": Cached over Budget<AsyncCuda> on SimDriver.
 // A freed block comes back to the next allocation of its size class on its stream
 // without a driver call; trim() gives every cached block back.
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 #include <cstdio>

@@ -3,7 +3,7 @@
 // which forwards every member of the upstream's concepts that the decorator does not
 // declare. Compiled over the real driver (DeviceRuntime<MaxRequest<AsyncCuda<CudaDriver>>>)
 // and run on the GPU when there is one, else on SimDriver.
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/resource/adaptor.hpp>
 #include <xlogrt/runtime.hpp>
 

@@ -4,7 +4,7 @@
 // event between two streams, and a failure coming back as a result that names the call.
 #include <xlogrt/driver/concept.hpp>
 #include <xlogrt/driver/cuda_driver.hpp>
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/driver/status.hpp>
 
 #include <cstdio>

@@ -2,7 +2,7 @@
 // docs/architecture.md, "Building an owned runtime": a DeviceRuntime built step by step
 // around a stack of one's own, outside the singleton table, on SimDriver (CudaDriver is
 // the same code with `auto drv = CudaDriver::open()`).
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 #include <cstdio>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // docs/architecture.md, "The reactor": learning on the host that a stream reached a
 // point, as a callback and as a future, on SimDriver.
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/reactor/reactor.hpp>
 #include <xlogrt/runtime.hpp>
 

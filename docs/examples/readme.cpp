@@ -3,7 +3,7 @@
 // markers verbatim (test: docs/examples/check_quotes.py). It runs on the GPU when there
 // is one and on SimDriver otherwise; the host suite runs it with no GPU.
 // [readme]
-#include <xlogrt/driver/sim_driver.hpp>  // the simulated GPU, for machines without one
+#include <xlogrt/sim/sim_driver.hpp>  // the simulated GPU, for machines without one
 #include <xlogrt/runtime.hpp>
 
 #include <cstdio>

@@ -5,7 +5,7 @@
 // layers in order (core, driver, device, resource, runtime, memory) and the completion
 // reactor beside them.
 //
-// Not included: the simulated driver, <xlogrt/driver/sim_driver.hpp>, which a test or a
+// Not included: the simulated driver, <xlogrt/sim/sim_driver.hpp>, which a test or a
 // program without a GPU includes itself (it is most of what a TU of this header would
 // otherwise compile), and the interop adaptors under <xlogrt/interop/>, which need the
 // headers of the library they adapt to.

@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/resource/async_cuda.hpp>
 #include <xlogrt/resource/debug_guard.hpp>
 #include <xlogrt/resource/direct_cuda.hpp>

@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/resource/live_blocks.hpp>
 
 #include "../resource/conformance.hpp"

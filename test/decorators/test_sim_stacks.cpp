@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 
 using namespace xlogrt;
 using namespace xlogrt::testing;

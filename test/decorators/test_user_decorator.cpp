@@ -6,7 +6,7 @@
 #include <atomic>
 #include <memory>
 
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 #include <xlogrt/resource/adaptor.hpp>
 #include <xlogrt/resource/any_resource.hpp>

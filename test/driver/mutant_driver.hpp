@@ -15,7 +15,7 @@
 #include <string>
 
 #include <xlogrt/driver/concept.hpp>
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 
 namespace xlogrt::drvtest {
 

@@ -19,7 +19,7 @@
 
 #include "../cuda/fakecuda.hpp"
 #include "xlogrt/memory/launch_kernel.hpp"
-#include "xlogrt/driver/sim_driver.hpp"
+#include "xlogrt/sim/sim_driver.hpp"
 #include "xlogrt/runtime.hpp"
 
 using namespace xlogrt;

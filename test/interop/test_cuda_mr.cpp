@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <xlogrt/interop/cuda_mr.hpp>
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 using namespace xlogrt;

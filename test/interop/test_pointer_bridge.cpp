@@ -15,7 +15,7 @@
 #include <xlogrt/interop/pointer_resource.hpp>
 #include <xlogrt/interop/thrust_allocator.hpp>
 #include <xlogrt/resource/find_layer.hpp>
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 using namespace xlogrt;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "scenarios.hpp"
-#include "xlogrt/driver/sim_driver.hpp"
+#include "xlogrt/sim/sim_driver.hpp"
 #include "xlogrt/driver/status.hpp"
 #include "xlogrt/reactor/flags.hpp"
 #include "xlogrt/reactor/pinned_flags.hpp"

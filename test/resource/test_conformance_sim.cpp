@@ -4,7 +4,7 @@
 #include "conformance.hpp"
 #include "stacks.hpp"
 
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 
 using namespace xlogrt;
 using namespace xlogrt::testing;

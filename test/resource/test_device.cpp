@@ -8,7 +8,7 @@
 #include <xlogrt/device/device.hpp>
 #include <xlogrt/device/event_pool.hpp>
 #include <xlogrt/device/stream_pool.hpp>
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 
 using namespace xlogrt;
 

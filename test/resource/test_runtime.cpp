@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 using namespace xlogrt;

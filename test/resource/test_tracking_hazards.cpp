@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <xlogrt/memory/launch.hpp>
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 using namespace xlogrt;

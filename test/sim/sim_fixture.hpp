@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "xlogrt/driver/sim_driver.hpp"
+#include "xlogrt/sim/sim_driver.hpp"
 
 namespace simtest {
 

@@ -6,7 +6,7 @@
 //
 // usage: write_snapshot OUT.csv
 
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/resource/async_cuda.hpp>
 #include <xlogrt/resource/live_blocks.hpp>
 

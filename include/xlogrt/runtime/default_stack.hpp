@@ -4,7 +4,7 @@
 // The default stack, DefaultStackOn<D> (Statistics over Logging over Cached over Budget
 // over AsyncCuda), DefaultStack on the real driver, and the StackBuilder that configures
 // it from the environment. `DefaultStackOn<SimDriver>` is nameable once
-// <xlogrt/driver/sim_driver.hpp> is included too.
+// <xlogrt/sim/sim_driver.hpp> is included too.
 
 #include <memory>
 #include <utility>

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "xlogrt/core/ids.hpp"
-#include "xlogrt/driver/detail/sim_clock.hpp"
+#include "xlogrt/sim/detail/clock.hpp"
 
 namespace xlogrt::detail::sim {
 

@@ -3,7 +3,7 @@
 
 // SimDriver internals: the simulated objects behind the handles (contexts, streams,
 // events, pools, devices), the operations queued on streams, and the table of entry
-// points that failure injection and call counting use.
+// points that fault injection and call counting use (sim/detail/fault_injector.hpp).
 //
 // Handles are pointers to these objects. A SimDriver never frees a stream or an event
 // before it is destroyed itself: a destroyed handle stays a valid pointer to an object
@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "xlogrt/driver/concept.hpp"
-#include "xlogrt/driver/detail/sim_clock.hpp"
-#include "xlogrt/driver/detail/sim_memory.hpp"
+#include "xlogrt/sim/detail/clock.hpp"
+#include "xlogrt/sim/detail/device_memory.hpp"
 
 namespace xlogrt::detail::sim {
 
@@ -101,46 +101,13 @@ struct Event {
   VectorClock vc;
 };
 
-/// A live allocation, keyed by device address in Device::blocks.
-struct Block {
-  std::uint64_t requested = 0;
-  std::uint64_t rounded = 0;
-  bool pooled = false;  // from mem_alloc_async (true) or mem_alloc
-};
-
-/// A freed range not yet returned to the free list: its free is pending (`executed`
-/// false) or it sits in quarantine. An allocation ordered after `free` may take it.
-struct Recycled {
-  std::uint64_t offset = 0;
-  std::uint64_t bytes = 0;
-  OpRef free;
-  std::uint64_t free_id = 0;
-  bool executed = false;
-};
-
+/// A device: its memory, its primary context and default pool, and its legacy stream.
 struct Device {
   int ordinal = 0;
-  std::uint64_t base = 0;  // device address of offset 0
-  Mapping storage;
+  DeviceMemory mem;
   Context ctx;
   Pool pool;
   Stream* legacy = nullptr;
-  RangeAllocator space;
-  std::map<std::uint64_t, Block> blocks;
-  std::vector<Recycled> recycled;  // in order of free
-  std::uint64_t allocated = 0;
-  std::uint64_t pending = 0;
-  std::uint64_t quarantined = 0;
-  std::uint64_t quarantined_blocks = 0;
-  std::uint64_t peak = 0;
-};
-
-/// A mapped host allocation: `host` is what the caller sees, its device address is
-/// the key of Driver::host_maps.
-struct HostMap {
-  void* host = nullptr;
-  std::uint64_t bytes = 0;  // requested
-  std::uint64_t span = 0;   // reserved in the host window
 };
 
 /// The driver entry points, one per Driver concept member plus launch_kernel.

@@ -19,6 +19,21 @@
 // (or on any stream ordered after the free) before the free has run, the scheduler
 // runs a ready free before any other ready operation, fresh memory is filled with
 // garbage, and a host-to-device copy reads its source when it runs, not when enqueued.
+//
+// How it is built. This header keeps the entry points, handle validation, the address
+// layout (the reservation of device windows and their translation) and the executor
+// (running a head operation, waiting for targets, the worker threads), which need the
+// driver's lock, condition variables and host clock all at once and so stay here. The
+// parts it composes have a header each:
+// - sim/config.hpp and sim/report.hpp: what a test hands in and gets back;
+// - sim/detail/hazard_checker.hpp: the checker (shadow memory, findings, reports);
+// - sim/detail/fault_injector.hpp: call counts and injected failures;
+// - sim/detail/device_memory.hpp: a device's arena, blocks, pending frees, quarantine;
+// - sim/detail/host_window.hpp: mapped host memory and its device addresses;
+// - sim/detail/scheduler.hpp: which ready stream advances next;
+// - sim/detail/objects.hpp, clock.hpp, memory.hpp, shadow.hpp: the objects behind the
+//   handles, the checker's vocabulary, mappings and range allocation, shadow segments.
+// Every part is guarded by the driver's one mutex and is only used under it.
 
 #include <algorithm>
 #include <array>
@@ -28,12 +43,10 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -45,197 +58,20 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/driver/concept.hpp"
-#include "xlogrt/driver/detail/sim_clock.hpp"
-#include "xlogrt/driver/detail/sim_memory.hpp"
-#include "xlogrt/driver/detail/sim_objects.hpp"
-#include "xlogrt/driver/detail/sim_shadow.hpp"
 #include "xlogrt/driver/lifetime.hpp"
 #include "xlogrt/driver/status.hpp"
+#include "xlogrt/sim/config.hpp"
+#include "xlogrt/sim/detail/clock.hpp"
+#include "xlogrt/sim/detail/device_memory.hpp"
+#include "xlogrt/sim/detail/fault_injector.hpp"
+#include "xlogrt/sim/detail/hazard_checker.hpp"
+#include "xlogrt/sim/detail/host_window.hpp"
+#include "xlogrt/sim/detail/memory.hpp"
+#include "xlogrt/sim/detail/objects.hpp"
+#include "xlogrt/sim/detail/scheduler.hpp"
+#include "xlogrt/sim/report.hpp"
 
 namespace xlogrt {
-
-/// How a SimDriver runs stream operations.
-enum class SimExecutor : std::uint8_t {
-  /// Background threads run ready operations as soon as they can (what a reactor that
-  /// spins on flags written by the device needs).
-  threaded,
-  /// Nothing runs until step() / run_until_idle() or a synchronising call (which runs
-  /// just the operations it waits for). A scheduler seeded by SimConfig::seed picks
-  /// which ready stream advances, so a single-threaded test is deterministic and can
-  /// explore many legal orders by varying the seed.
-  manual,
-};
-
-/// What a SimDriver simulates. The defaults model two 1 GiB devices with memory pools
-/// and stream memory operations, run by two executor threads.
-///
-/// Not thread-safe: a value, copied into the driver at construction.
-struct SimConfig {
-  int devices = 2;                                  ///< 1..64
-  std::size_t memory_bytes = std::size_t{1} << 30;  ///< per device, rounded up to 256
-  SimExecutor executor = SimExecutor::threaded;
-  std::uint64_t seed = 1;                ///< of the scheduler's choices
-  unsigned worker_threads = 2;           ///< executor threads (threaded mode)
-  bool memory_pools_supported = true;    ///< mem_alloc_async and pools
-  bool stream_mem_ops_supported = true;  ///< stream_write_value32
-  bool can_map_host_memory = true;       ///< mem_host_alloc_mapped
-  bool check_hazards = true;             ///< run the hazard checker
-  /// stream_create hands out the handle of a destroyed stream whose work has all run (the
-  /// most recent such one of the device), as CUDA may: the new stream has a new
-  /// stream_get_id, and keeps the old one's place in stream order (it is ordered after
-  /// the old stream's work, which had all run anyway). Off: handles are never reused, so
-  /// a destroyed stream's handle is always refused.
-  bool reuse_stream_handles = false;
-  /// Executed frees stay out of reuse (except by allocations ordered after them) until
-  /// this many bytes are quarantined per device; an allocation that would otherwise
-  /// fail empties the quarantine first.
-  std::size_t quarantine_bytes = std::size_t{64} << 20;
-  std::size_t quarantine_blocks = 1024;                    ///< same, counted in blocks
-  std::size_t host_mapped_bytes = std::size_t{256} << 20;  ///< room for mapped host memory
-  std::size_t max_hazards = 4096;                          ///< reports kept; later ones are counted
-  std::uint8_t poison_byte = 0xDD;                         ///< fills freed memory
-  std::uint8_t uninit_byte = 0xA5;                         ///< fills fresh allocations
-  /// Fill fresh device allocations with uninit_byte and freed ones with poison_byte.
-  /// false: device bytes change only when an operation writes them, for runs that
-  /// never read what they did not write (the fuzzer: the fills touch every page of
-  /// every block, and are most of what such a run costs). The checker's verdicts do not
-  /// depend on it.
-  bool fill_memory = true;
-  int compute_capability_major = 9;
-  int compute_capability_minor = 0;
-  int multiprocessor_count = 132;
-};
-
-/// A byte range a simulated kernel declares it touches, and how.
-///
-/// Not thread-safe: a value.
-struct SimAccess {
-  std::uint64_t ptr = 0;
-  std::size_t bytes = 0;
-  Access access = Access::Read;
-};
-
-/// The host body of a simulated kernel: receives one host pointer per declared access,
-/// in declaration order, through which it reads and writes the simulated bytes. It runs
-/// with no driver lock held and must not throw (a throwing body faults its stream with
-/// status::launch_failed).
-using SimKernelBody = detail::sim::KernelBody;
-
-/// Kinds of simulated operations and of hazards (see detail/sim_clock.hpp for the
-/// list); `to_string` names them.
-using SimOpKind = detail::sim::OpKind;
-using SimHazardKind = detail::sim::HazardKind;
-using detail::sim::to_string;
-
-/// What SimDriver::fail_nth / fail_always return: whether the injection is armed, and
-/// if not, why. Deliberately not [[nodiscard]]: misuse also makes every later driver
-/// call fail, so a test that ignores this still cannot miss a misspelt name.
-///
-/// Not thread-safe: a value.
-struct SimInjection {
-  bool armed = false;
-  std::string problem;
-  bool has_value() const noexcept { return armed; }
-  explicit operator bool() const noexcept { return armed; }
-};
-
-/// One simulated operation, as a hazard report names it.
-///
-/// Not thread-safe: a value.
-struct SimOp {
-  SimOpKind kind = SimOpKind::none;
-  detail::sim::Stream* stream = nullptr;  ///< its SimDriver::stream_t; null for the host
-  std::uint32_t stream_id = 0;            ///< SimDriver::stream_id; 0 is the host
-  int device = -1;                        ///< the stream's device; -1 for the host
-  std::uint64_t seq = 0;                  ///< 1-based position in its stream
-  Access access = Access::Read;
-  std::string label;  ///< a kernel's label
-};
-
-/// One hazard the checker found. `second` is the operation whose enqueue revealed it;
-/// `first` the earlier operation it conflicts with (kind none for unallocated memory).
-///
-/// Not thread-safe: a value (SimDriver::hazards() hands out copies).
-struct SimHazard {
-  SimHazardKind kind = SimHazardKind::race;
-  int device = -1;  ///< owner of `address`; -1 for mapped host memory or no device
-  std::uint64_t address = 0;
-  std::uint64_t bytes = 0;
-  SimOp first;
-  SimOp second;
-};
-
-/// Per-device memory accounting, in bytes rounded to SimDriver::alloc_granularity.
-///
-/// Not thread-safe: a value (a snapshot).
-struct SimMemoryStats {
-  std::size_t total = 0;
-  std::size_t allocated = 0;     ///< handed out and not freed (free not yet enqueued)
-  std::size_t free_pending = 0;  ///< freed by an enqueued free that has not run
-  std::size_t quarantined = 0;   ///< freed, run, and not yet back in general reuse
-  std::size_t peak_allocated = 0;
-  std::size_t live_blocks = 0;
-};
-
-namespace detail::sim {
-inline std::string hex(std::uint64_t v) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string s;
-  do {
-    s.insert(s.begin(), digits[v & 0xF]);
-    v >>= 4;
-  } while (v != 0);
-  return "0x" + s;
-}
-}  // namespace detail::sim
-
-/// "kernel 'scale' (stream 3 of device 0, op #5, read)", "mem_free (host, op #2, write)".
-inline std::string to_string(const SimOp& op) {
-  std::string s(to_string(op.kind));
-  if (!op.label.empty()) s += " '" + op.label + "'";
-  if (op.kind == SimOpKind::none) return s;
-  if (op.stream_id == 0) {
-    s += " (host";
-  } else {
-    s += " (stream " + std::to_string(op.stream_id) + " of device " + std::to_string(op.device);
-  }
-  s += ", op #" + std::to_string(op.seq) + ", ";
-  s += op.access == Access::Read ? "read" : op.access == Access::Write ? "write" : "read-write";
-  s += ")";
-  return s;
-}
-
-/// One sentence naming the hazard, the memory and both operations.
-inline std::string to_string(const SimHazard& h) {
-  std::string s(to_string(h.kind));
-  s += " on ";
-  s += h.device < 0 ? std::string("host-mapped or unmapped memory")
-                    : "device " + std::to_string(h.device);
-  s += ", " + std::to_string(h.bytes) + " bytes at " + detail::sim::hex(h.address) + ": ";
-  switch (h.kind) {
-    case SimHazardKind::race:
-      s += to_string(h.second) + " and " + to_string(h.first) +
-           " touch the same bytes, at least one writes, and no event wait or "
-           "synchronisation orders them";
-      break;
-    case SimHazardKind::free_race:
-      s += to_string(h.second) + " and " + to_string(h.first) +
-           " are not ordered, so the memory can be freed and reused while it is still "
-           "accessed; make the freeing stream wait on an event recorded after the access";
-      break;
-    case SimHazardKind::use_after_free:
-      s += to_string(h.second) + " accesses memory already freed by " + to_string(h.first);
-      break;
-    case SimHazardKind::unallocated:
-      s += to_string(h.second) + " accesses memory that no allocation covers";
-      break;
-    case SimHazardKind::unordered_alloc:
-      s += to_string(h.second) + " is not ordered after " + to_string(h.first) +
-           ", which allocates the memory";
-      break;
-  }
-  return s;
-}
 
 /// A simulated GPU that models the Driver concept (see driver/concept.hpp and
 /// docs/architecture.md, "The Driver contract").
@@ -433,13 +269,7 @@ class SimDriver {
     Stream* stream;
     std::uint64_t seq;
   };
-  using Needed = std::unordered_map<Stream*, std::uint64_t>;
-
-  struct Injection {
-    std::int64_t countdown = 0;
-    int nth_status = 0;
-    int always_status = 0;
-  };
+  using Needed = detail::sim::Scheduler::Needed;
 
   static constexpr std::uint64_t window_align = std::uint64_t{2} << 20;
 
@@ -459,29 +289,19 @@ class SimDriver {
   bool owns_pool(mempool_t p) const noexcept;
   Device* device_of(std::uint64_t addr) const noexcept;
   std::byte* translate_locked(std::uint64_t addr, std::uint64_t bytes) const noexcept;
-  bool in_host_window(std::uint64_t addr) const noexcept {
-    return addr >= host_base_ && addr < host_base_ + host_window_;
-  }
 
   void join_host_locked(Stream& s);
   OpRef begin_op_locked(Stream& s, OpKind k, Access a, std::uint32_t label = 0);
   OpRef host_op_locked(OpKind k);
   void publish_locked(const VectorClock& vc);
   void push_locked(Stream& s, Op op);
-  std::uint32_t intern_locked(std::string_view label);
   void check_locked(const OpRef& op, const VectorClock& vc, std::uint64_t addr, std::uint64_t n);
   void record_locked();
-  SimOp describe_locked(const OpRef& r) const;
   result<void> enqueue_simple_locked(Call c, stream_t s, Op op, Access a,
                                      std::span<const SimAccess> checks);
   result<void> enqueue_transfer_locked(Call c, stream_t s, Op op, Access a,
                                        std::span<const SimAccess> checks);
 
-  std::optional<std::uint64_t> allocate_locked(Device& dev, std::uint64_t need,
-                                               const VectorClock& vc);
-  void register_block_locked(Device& dev, std::uint64_t addr, std::uint64_t requested,
-                             std::uint64_t rounded, bool pooled);
-  void trim_quarantine_locked(Device& dev, std::uint64_t bytes_limit, std::uint64_t blocks_limit);
   error oom_locked(Call c, const Device& dev, std::uint64_t bytes) const;
 
   bool propagate_faults_locked();
@@ -494,39 +314,30 @@ class SimDriver {
   bool idle_locked() const noexcept;
   void worker() noexcept;
 
+  // mu_ guards every member below, the components (host_, sched_, checker_, faults_,
+  // each device's memory) included, except what the constructor sets and nothing
+  // changes afterwards: cfg_, serial_, memory_bytes_, stride_, init_error_, the
+  // reservation_ mapping, and workers_ (joined by the destructor).
   SimConfig cfg_;
   std::uint64_t serial_;
   std::uint64_t memory_bytes_ = 0;  // per device, rounded
   std::uint64_t stride_ = 0;        // device windows' spacing in the reservation
   std::optional<error> init_error_;
   detail::sim::Mapping reservation_;
-  std::uint64_t host_base_ = 0;
-  std::uint64_t host_window_ = 0;
-  detail::sim::RangeAllocator host_space_;
-  std::map<std::uint64_t, detail::sim::HostMap> host_maps_;  // device address -> map
-  std::map<std::uintptr_t, std::uint64_t> host_index_;       // host address -> device address
+  detail::sim::HostWindow host_;  // mapped host memory, above the device windows
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::unique_ptr<Stream>> streams_;  // index = stream id; [0] is the host
   std::uint64_t next_reused_id_ = std::uint64_t{1} << 32;  // stream_get_id of a reused handle
   std::vector<std::unique_ptr<Event>> events_;
-  std::vector<Stream*> active_;  // streams with queued operations, in activation order
-  std::vector<Stream*> candidates_;
+  detail::sim::Scheduler sched_;
   VectorClock host_vc_;
   std::uint64_t host_seq_ = 0;
   std::uint64_t host_version_ = 1;
   std::uint64_t next_free_id_ = 1;
   std::uint64_t executed_ = 0;
   std::size_t busy_ = 0;
-  detail::sim::Shadow shadow_;
-  std::vector<detail::sim::Finding> findings_;
-  std::vector<SimHazard> hazards_;
-  std::uint64_t hazards_dropped_ = 0;
-  std::vector<std::string> labels_;
-  std::unordered_map<std::string, std::uint32_t> label_ids_;
-  std::array<std::uint64_t, detail::sim::call_count> calls_{};
-  std::array<Injection, detail::sim::call_count> inject_{};
-  std::string inject_misuse_;  // non-empty: every entry point fails with it
-  std::mt19937_64 rng_;
+  detail::sim::HazardChecker checker_;
+  detail::sim::FaultInjector faults_;
   bool stop_ = false;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
@@ -539,10 +350,11 @@ static_assert(Driver<SimDriver>);
 // --- construction ----------------------------------------------------------------------
 
 inline SimDriver::SimDriver(SimConfig config) noexcept
-    : cfg_(config), serial_(detail::sim::next_driver_serial()), rng_(config.seed) {
+    : cfg_(config),
+      serial_(detail::sim::next_driver_serial()),
+      sched_(config.seed),
+      checker_(config.max_hazards) {
   detail::arm_exit_guard();
-  labels_.emplace_back();
-  label_ids_.emplace(std::string(), 0);
   streams_.emplace_back();  // id 0: the host pseudo-stream
   auto refuse = [&](int s, const std::string& why) {
     init_error_ = status::driver_failure(s, "cuInit", status_name(s), why);
@@ -568,9 +380,9 @@ inline SimDriver::SimDriver(SimConfig config) noexcept
   // Each device window is followed by an unbacked guard gap, so running off the end of
   // one device faults instead of landing in the next.
   stride_ = round_up(memory_bytes_, window_align) + window_align;
-  host_window_ =
+  const std::uint64_t host_window =
       round_up(std::max<std::uint64_t>(cfg_.host_mapped_bytes, alloc_granularity), window_align);
-  const std::uint64_t total = stride_ * static_cast<std::uint64_t>(cfg_.devices) + host_window_;
+  const std::uint64_t total = stride_ * static_cast<std::uint64_t>(cfg_.devices) + host_window;
   auto res = detail::sim::Mapping::create(total, false);
   if (!res) {
     refuse(status::out_of_memory, "reserving " + std::to_string(total) +
@@ -578,8 +390,8 @@ inline SimDriver::SimDriver(SimConfig config) noexcept
     return;
   }
   reservation_ = std::move(*res);
-  host_base_ = reservation_.address() + stride_ * static_cast<std::uint64_t>(cfg_.devices);
-  host_space_ = detail::sim::RangeAllocator(host_window_);
+  host_.open(reservation_.address() + stride_ * static_cast<std::uint64_t>(cfg_.devices),
+             host_window);
   for (int d = 0; d < cfg_.devices; ++d) {
     auto dev = std::make_unique<Device>();
     auto storage = detail::sim::Mapping::create(memory_bytes_, true);
@@ -590,11 +402,11 @@ inline SimDriver::SimDriver(SimConfig config) noexcept
       return;
     }
     dev->ordinal = d;
-    dev->storage = std::move(*storage);
-    dev->base = reservation_.address() + stride_ * static_cast<std::uint64_t>(d);
+    dev->mem.storage = std::move(*storage);
+    dev->mem.base = reservation_.address() + stride_ * static_cast<std::uint64_t>(d);
+    dev->mem.space = detail::sim::RangeAllocator(memory_bytes_);
     dev->ctx.device = dev.get();
     dev->pool.device = dev.get();
-    dev->space = detail::sim::RangeAllocator(memory_bytes_);
     auto legacy = std::make_unique<Stream>();
     legacy->owner = this;
     legacy->device = dev.get();
@@ -629,7 +441,6 @@ inline SimDriver::~SimDriver() {
   }
   work_cv_.notify_all();
   for (auto& t : workers_) t.join();
-  for (auto& [addr, m] : host_maps_) ::operator delete (m.host, std::align_val_t{4096});
 }
 
 inline result<SimDriver*> SimDriver::open() noexcept {
@@ -655,20 +466,13 @@ inline std::string SimDriver::status_name(int s) const {
 }
 
 inline std::optional<error> SimDriver::enter_locked(Call c) {
-  const auto i = static_cast<std::size_t>(c);
-  ++calls_[i];
+  faults_.count(c);
   if (detail::process_exiting()) {
     return fail(c, status::deinitialized,
                 "the process is exiting: the simulator makes no further call");
   }
   if (init_error_) return *init_error_;
-  if (!inject_misuse_.empty()) return fail(c, status::invalid_value, inject_misuse_);
-  Injection& in = inject_[i];
-  if (in.always_status != 0)
-    return fail(c, in.always_status, "failing as SimDriver::fail_always asked");
-  if (in.countdown > 0 && --in.countdown == 0) {
-    return fail(c, in.nth_status, "failing as SimDriver::fail_nth asked");
-  }
+  if (auto in = faults_.injected(c)) return fail(c, in->status, in->why);
   return std::nullopt;
 }
 
@@ -745,7 +549,9 @@ inline bool SimDriver::owns_pool(mempool_t p) const noexcept {
 }
 
 inline SimDriver::Device* SimDriver::device_of(std::uint64_t addr) const noexcept {
-  if (devices_.empty() || addr < reservation_.address() || addr >= host_base_) return nullptr;
+  if (devices_.empty() || addr < reservation_.address() ||
+      addr >= reservation_.address() + stride_ * devices_.size())
+    return nullptr;
   const std::uint64_t rel = addr - reservation_.address();
   const std::uint64_t d = rel / stride_;
   if (rel % stride_ >= memory_bytes_ || d >= devices_.size()) return nullptr;
@@ -755,17 +561,11 @@ inline SimDriver::Device* SimDriver::device_of(std::uint64_t addr) const noexcep
 inline std::byte* SimDriver::translate_locked(std::uint64_t addr,
                                               std::uint64_t bytes) const noexcept {
   if (Device* d = device_of(addr)) {
-    const std::uint64_t off = addr - d->base;
+    const std::uint64_t off = addr - d->mem.base;
     if (bytes > memory_bytes_ - off) return nullptr;
-    return d->storage.data() + off;
+    return d->mem.storage.data() + off;
   }
-  if (!in_host_window(addr)) return nullptr;
-  auto it = host_maps_.upper_bound(addr);
-  if (it == host_maps_.begin()) return nullptr;
-  --it;
-  const std::uint64_t off = addr - it->first;
-  if (off > it->second.bytes || bytes > it->second.bytes - off) return nullptr;
-  return static_cast<std::byte*>(it->second.host) + off;
+  return host_.translate(addr, bytes);
 }
 
 // --- enqueue and the checker ---------------------------------------------------------------
@@ -798,68 +598,27 @@ inline void SimDriver::publish_locked(const VectorClock& vc) {
 
 inline void SimDriver::push_locked(Stream& s, Op op) {
   s.queue.push_back(std::move(op));
-  if (!s.active) {
-    s.active = true;
-    active_.push_back(&s);
-  }
+  sched_.activate(s);
   if (cfg_.executor == SimExecutor::threaded) work_cv_.notify_one();
-}
-
-inline std::uint32_t SimDriver::intern_locked(std::string_view label) {
-  std::string key(label);
-  auto it = label_ids_.find(key);
-  if (it != label_ids_.end()) return it->second;
-  const auto id = static_cast<std::uint32_t>(labels_.size());
-  labels_.push_back(key);
-  label_ids_.emplace(std::move(key), id);
-  return id;
 }
 
 inline void SimDriver::check_locked(const OpRef& op, const VectorClock& vc, std::uint64_t addr,
                                     std::uint64_t n) {
   if (!cfg_.check_hazards || n == 0) return;
-  findings_.clear();
-  if (in_host_window(addr)) {
-    if (translate_locked(addr, n) == nullptr) {
-      findings_.push_back(detail::sim::Finding{SimHazardKind::unallocated, addr, n, OpRef{}, op});
-    }
+  if (host_.contains(addr)) {
+    if (translate_locked(addr, n) != nullptr) return;
+    checker_.unallocated(op, addr, n);
   } else {
-    shadow_.access(addr, n, op, vc, findings_);
+    checker_.check(op, vc, addr, n);
   }
   record_locked();
 }
 
-inline SimOp SimDriver::describe_locked(const OpRef& r) const {
-  SimOp o;
-  o.kind = r.kind;
-  o.seq = r.seq;
-  o.access = r.access;
-  o.stream_id = r.stream;
-  if (r.stream != 0 && r.stream < streams_.size()) {
-    o.stream = streams_[r.stream].get();
-    o.device = o.stream->device->ordinal;
-  }
-  if (r.label < labels_.size()) o.label = labels_[r.label];
-  return o;
-}
-
 inline void SimDriver::record_locked() {
-  for (const auto& f : findings_) {
-    if (hazards_.size() >= cfg_.max_hazards) {
-      ++hazards_dropped_;
-      continue;
-    }
-    SimHazard h;
-    h.kind = f.kind;
-    const Device* d = device_of(f.address);
-    h.device = d != nullptr ? d->ordinal : -1;
-    h.address = f.address;
-    h.bytes = f.bytes;
-    h.first = describe_locked(f.first);
-    h.second = describe_locked(f.second);
-    hazards_.push_back(std::move(h));
-  }
-  findings_.clear();
+  checker_.record(streams_, [this](std::uint64_t addr) {
+    const Device* d = device_of(addr);
+    return d != nullptr ? d->ordinal : -1;
+  });
 }
 
 // Validates the stream, assigns the operation its place, checks `checks` (each with
@@ -896,59 +655,11 @@ inline result<void> SimDriver::enqueue_simple_locked(Call c, stream_t s, Op op, 
 
 // --- memory bookkeeping ----------------------------------------------------------------------
 
-// Where a new block of `need` bytes goes, for an allocation whose clock is `vc`:
-// first a recycled range whose free is ordered before it (newest first: the least
-// forgiving choice), then the free list, then the free list after the quarantine has
-// been emptied.
-inline std::optional<std::uint64_t> SimDriver::allocate_locked(Device& dev, std::uint64_t need,
-                                                               const VectorClock& vc) {
-  for (std::size_t i = dev.recycled.size(); i-- > 0;) {
-    detail::sim::Recycled& r = dev.recycled[i];
-    if (r.bytes < need || !vc.covers(r.free)) continue;
-    const std::uint64_t off = r.offset;
-    r.offset += need;
-    r.bytes -= need;
-    (r.executed ? dev.quarantined : dev.pending) -= need;
-    if (r.bytes == 0) {
-      if (r.executed) --dev.quarantined_blocks;
-      dev.recycled.erase(dev.recycled.begin() + static_cast<std::ptrdiff_t>(i));
-    }
-    return off;
-  }
-  if (auto off = dev.space.allocate(need)) return off;
-  trim_quarantine_locked(dev, 0, 0);
-  return dev.space.allocate(need);
-}
-
-inline void SimDriver::register_block_locked(Device& dev, std::uint64_t addr,
-                                             std::uint64_t requested, std::uint64_t rounded,
-                                             bool pooled) {
-  dev.blocks.emplace(addr, detail::sim::Block{requested, rounded, pooled});
-  dev.allocated += rounded;
-  dev.peak = std::max(dev.peak, dev.allocated);
-}
-
-inline void SimDriver::trim_quarantine_locked(Device& dev, std::uint64_t bytes_limit,
-                                              std::uint64_t blocks_limit) {
-  auto it = dev.recycled.begin();
-  while (it != dev.recycled.end() &&
-         (dev.quarantined > bytes_limit || dev.quarantined_blocks > blocks_limit)) {
-    if (!it->executed) {
-      ++it;
-      continue;
-    }
-    dev.space.release(it->offset, it->bytes);
-    dev.quarantined -= it->bytes;
-    --dev.quarantined_blocks;
-    it = dev.recycled.erase(it);
-  }
-}
-
 inline error SimDriver::oom_locked(Call c, const Device& dev, std::uint64_t bytes) const {
   return fail(c, status::out_of_memory,
               "allocating " + std::to_string(bytes) + " bytes on simulated device " +
                   std::to_string(dev.ordinal) + " (" + std::to_string(memory_bytes_) + " bytes, " +
-                  std::to_string(dev.allocated) + " allocated, " + std::to_string(dev.pending) +
+                  std::to_string(dev.mem.allocated) + " allocated, " + std::to_string(dev.mem.pending) +
                   " held by frees that have not run yet)");
 }
 
@@ -957,48 +668,15 @@ inline error SimDriver::oom_locked(Call c, const Device& dev, std::uint64_t byte
 // A stream whose head waits for a point its source stream will never reach (the source
 // faulted) faults too, with the same status: a faulted context stops everything.
 inline bool SimDriver::propagate_faults_locked() {
-  bool any = false;
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (Stream* s : active_) {
-      if (s->fault != 0 || s->busy || s->queue.empty()) continue;
-      const Op& h = s->queue.front();
-      if (h.kind == OpKind::stream_wait_event && h.wait_stream->fault != 0 &&
-          h.wait_stream->completed < h.wait_seq) {
-        s->fault = h.wait_stream->fault;
-        changed = any = true;
-      }
-    }
-  }
+  const bool any = sched_.propagate_faults();
   if (any) done_cv_.notify_all();
   return any;
 }
 
-// The next stream to advance: among ready streams (restricted to `needed` when given),
-// the scheduler prefers one whose head is a free (frees run as early as ordering
-// allows), and otherwise picks at random.
+// The next stream to advance, after propagating faults (`changed`: some stream faulted).
 inline SimDriver::Stream* SimDriver::pick_locked(const Needed* needed, bool& changed) {
   changed = propagate_faults_locked();
-  candidates_.clear();
-  bool frees = false;
-  for (Stream* s : active_) {
-    if (s->busy || s->fault != 0 || s->queue.empty()) continue;
-    const Op& h = s->queue.front();
-    if (needed != nullptr) {
-      auto it = needed->find(s);
-      if (it == needed->end() || h.seq > it->second) continue;
-    }
-    if (h.kind == OpKind::stream_wait_event && h.wait_stream->completed < h.wait_seq) continue;
-    const bool is_free = h.kind == OpKind::mem_free_async;
-    if (is_free && !frees) {
-      candidates_.clear();
-      frees = true;
-    }
-    if (is_free == frees) candidates_.push_back(s);
-  }
-  if (candidates_.empty()) return nullptr;
-  if (candidates_.size() == 1) return candidates_.front();
-  return candidates_[static_cast<std::size_t>(rng_() % candidates_.size())];
+  return sched_.choose(needed);
 }
 
 inline void SimDriver::run_head_locked(Stream& s, Lock& lk) {
@@ -1014,10 +692,7 @@ inline void SimDriver::run_head_locked(Stream& s, Lock& lk) {
   } else {
     s.completed = op.seq;
   }
-  if (s.queue.empty()) {
-    s.active = false;
-    active_.erase(std::find(active_.begin(), active_.end(), &s));
-  }
+  if (s.queue.empty()) sched_.retire(s);
   ++executed_;
   done_cv_.notify_all();
   if (cfg_.executor == SimExecutor::threaded) work_cv_.notify_all();
@@ -1037,15 +712,8 @@ inline int SimDriver::execute_locked(Stream& s, Op& op, Lock& lk) {
       if (std::byte* p = translate_locked(op.dst, op.bytes); p != nullptr && cfg_.fill_memory)
         std::memset(p, cfg_.poison_byte, op.bytes);
       if (Device* dev = device_of(op.dst)) {
-        for (auto& r : dev->recycled) {
-          if (r.free_id == op.free_id && !r.executed) {
-            r.executed = true;
-            dev->pending -= r.bytes;
-            dev->quarantined += r.bytes;
-            ++dev->quarantined_blocks;
-          }
-        }
-        trim_quarantine_locked(*dev, cfg_.quarantine_bytes, cfg_.quarantine_blocks);
+        dev->mem.free_ran(op.free_id);
+        dev->mem.trim_quarantine(cfg_.quarantine_bytes, cfg_.quarantine_blocks);
       }
       return 0;
     }
@@ -1181,34 +849,24 @@ inline void SimDriver::reset_device_locked(Device& dev, Lock& lk) {
   (void)sync_device_locked(Call::primary_ctx_release, dev, lk);
   if (dev.ctx.retains != 0) return;  // retained again while draining
   const OpRef ref = host_op_locked(OpKind::context_reset);
-  for (const auto& [addr, b] : dev.blocks) {
+  for (const auto& [addr, b] : dev.mem.blocks) {
     if (std::byte* p = translate_locked(addr, b.rounded); p != nullptr && cfg_.fill_memory)
       std::memset(p, cfg_.poison_byte, b.rounded);
-    if (cfg_.check_hazards) shadow_.free(addr, b.requested, ref, host_vc_, findings_);
+    if (cfg_.check_hazards) checker_.free(addr, b.requested, ref, host_vc_);
   }
   record_locked();
-  dev.blocks.clear();
-  dev.recycled.clear();
-  dev.space.reset();
-  dev.allocated = dev.pending = dev.quarantined = dev.quarantined_blocks = 0;
+  dev.mem.reset();
   ++dev.ctx.generation;
   Stream& legacy = *dev.legacy;
   legacy.generation = dev.ctx.generation;
   legacy.queue.clear();
   legacy.fault = 0;
   legacy.completed = legacy.enqueued;
-  if (legacy.active && !legacy.busy) {
-    legacy.active = false;
-    active_.erase(std::find(active_.begin(), active_.end(), &legacy));
-  }
+  if (legacy.active && !legacy.busy) sched_.retire(legacy);
 }
 
 inline bool SimDriver::idle_locked() const noexcept {
-  if (busy_ != 0) return false;
-  for (const Stream* s : active_) {
-    if (s->fault == 0 && !s->queue.empty()) return false;
-  }
-  return true;
+  return busy_ == 0 && sched_.drained();
 }
 
 inline void SimDriver::worker() noexcept {
@@ -1329,7 +987,7 @@ inline result<MemInfo> SimDriver::mem_get_info() noexcept {
   auto d = current_device_locked(Call::mem_get_info);
   if (!d) return std::move(d).error();
   const Device& dev = **d;
-  return MemInfo{static_cast<std::size_t>(memory_bytes_ - dev.allocated - dev.pending),
+  return MemInfo{static_cast<std::size_t>(memory_bytes_ - dev.mem.allocated - dev.mem.pending),
                  static_cast<std::size_t>(memory_bytes_)};
 }
 
@@ -1573,12 +1231,12 @@ inline result<std::uint64_t> SimDriver::mem_alloc_async(std::size_t bytes, mempo
   if (bytes > memory_bytes_) return oom_locked(c, dev, bytes);
   const std::uint64_t need = round_up(bytes, alloc_granularity);
   join_host_locked(st);
-  auto off = allocate_locked(dev, need, st.vc);
+  auto off = dev.mem.allocate(need, st.vc);
   if (!off) return oom_locked(c, dev, bytes);
   const OpRef ref = begin_op_locked(st, OpKind::mem_alloc_async, Access::Write);
-  const std::uint64_t addr = dev.base + *off;
-  register_block_locked(dev, addr, bytes, need, true);
-  if (cfg_.check_hazards) shadow_.allocate(addr, bytes, ref);
+  const std::uint64_t addr = dev.mem.base + *off;
+  dev.mem.add_block(addr, bytes, need, true);
+  if (cfg_.check_hazards) checker_.allocate(addr, bytes, ref);
   Op op;
   op.kind = OpKind::mem_alloc_async;
   op.seq = ref.seq;
@@ -1601,8 +1259,8 @@ inline result<void> SimDriver::mem_free_async(std::uint64_t ptr, stream_t s) noe
     return fail(c, status::invalid_value,
                 "freeing " + detail::sim::hex(ptr) + ": not a simulated device address");
   }
-  auto it = dev->blocks.find(ptr);
-  if (it == dev->blocks.end()) {
+  auto it = dev->mem.blocks.find(ptr);
+  if (it == dev->mem.blocks.end()) {
     return fail(c, status::invalid_value,
                 "freeing " + detail::sim::hex(ptr) + " on device " + std::to_string(dev->ordinal) +
                     ": not the start of a live allocation (freed already, or never allocated)");
@@ -1615,14 +1273,11 @@ inline result<void> SimDriver::mem_free_async(std::uint64_t ptr, stream_t s) noe
   const detail::sim::Block b = it->second;
   const OpRef ref = begin_op_locked(st, OpKind::mem_free_async, Access::Write);
   if (cfg_.check_hazards) {
-    shadow_.free(ptr, b.requested, ref, st.vc, findings_);
+    checker_.free(ptr, b.requested, ref, st.vc);
     record_locked();
   }
   const std::uint64_t id = next_free_id_++;
-  dev->recycled.push_back(detail::sim::Recycled{ptr - dev->base, b.rounded, ref, id, false});
-  dev->pending += b.rounded;
-  dev->allocated -= b.rounded;
-  dev->blocks.erase(it);
+  dev->mem.free_enqueued(it, ref, id);
   Op op;
   op.kind = OpKind::mem_free_async;
   op.seq = ref.seq;
@@ -1643,13 +1298,13 @@ inline result<std::uint64_t> SimDriver::mem_alloc(std::size_t bytes) noexcept {
   if (bytes == 0) return fail(c, status::invalid_value, "allocating 0 bytes");
   if (bytes > memory_bytes_) return oom_locked(c, dev, bytes);
   const std::uint64_t need = round_up(bytes, alloc_granularity);
-  auto off = allocate_locked(dev, need, host_vc_);
+  auto off = dev.mem.allocate(need, host_vc_);
   if (!off) return oom_locked(c, dev, bytes);
   const OpRef ref = host_op_locked(OpKind::mem_alloc);
-  const std::uint64_t addr = dev.base + *off;
-  register_block_locked(dev, addr, bytes, need, false);
+  const std::uint64_t addr = dev.mem.base + *off;
+  dev.mem.add_block(addr, bytes, need, false);
   if (cfg_.fill_memory) std::memset(translate_locked(addr, need), cfg_.uninit_byte, need);
-  if (cfg_.check_hazards) shadow_.allocate(addr, bytes, ref);
+  if (cfg_.check_hazards) checker_.allocate(addr, bytes, ref);
   return addr;
 }
 
@@ -1666,25 +1321,20 @@ inline result<void> SimDriver::mem_free(std::uint64_t ptr) noexcept {
                     ": not the start of a live allocation of this simulator (freed already, or "
                     "never allocated)");
   };
-  if (dev == nullptr || dev->blocks.find(ptr) == dev->blocks.end()) return missing();
+  if (dev == nullptr || dev->mem.blocks.find(ptr) == dev->mem.blocks.end()) return missing();
   auto synced = sync_device_locked(c, *dev, lk);
   if (!synced) return synced;
-  auto it = dev->blocks.find(ptr);  // the lock was released while draining
-  if (it == dev->blocks.end()) return missing();
+  auto it = dev->mem.blocks.find(ptr);  // the lock was released while draining
+  if (it == dev->mem.blocks.end()) return missing();
   const detail::sim::Block b = it->second;
   const OpRef ref = host_op_locked(OpKind::mem_free);
   if (cfg_.check_hazards) {
-    shadow_.free(ptr, b.requested, ref, host_vc_, findings_);
+    checker_.free(ptr, b.requested, ref, host_vc_);
     record_locked();
   }
   if (cfg_.fill_memory) std::memset(translate_locked(ptr, b.rounded), cfg_.poison_byte, b.rounded);
-  dev->recycled.push_back(
-      detail::sim::Recycled{ptr - dev->base, b.rounded, ref, next_free_id_++, true});
-  dev->allocated -= b.rounded;
-  dev->quarantined += b.rounded;
-  ++dev->quarantined_blocks;
-  dev->blocks.erase(it);
-  trim_quarantine_locked(*dev, cfg_.quarantine_bytes, cfg_.quarantine_blocks);
+  dev->mem.free_now(it, ref, next_free_id_++);
+  dev->mem.trim_quarantine(cfg_.quarantine_bytes, cfg_.quarantine_blocks);
   return ok();
 }
 
@@ -1702,21 +1352,11 @@ inline result<void*> SimDriver::mem_host_alloc_mapped(std::size_t bytes) noexcep
   auto nomem = [&] {
     return fail(c, status::out_of_memory,
                 "allocating " + std::to_string(bytes) + " bytes of mapped host memory (" +
-                    std::to_string(host_space_.free_bytes()) + " bytes of the mapped window free)");
+                    std::to_string(host_.free_bytes()) + " bytes of the mapped window free)");
   };
-  if (bytes > host_window_) return nomem();
-  const std::uint64_t span = round_up(bytes, alloc_granularity);
-  auto off = host_space_.allocate(span);
-  if (!off) return nomem();
-  void* host = ::operator new (span, std::align_val_t{4096}, std::nothrow);
-  if (host == nullptr) {
-    host_space_.release(*off, span);
-    return nomem();
-  }
-  std::memset(host, cfg_.uninit_byte, span);
-  const std::uint64_t addr = host_base_ + *off;
-  host_maps_.emplace(addr, detail::sim::HostMap{host, bytes, span});
-  host_index_.emplace(reinterpret_cast<std::uintptr_t>(host), addr);
+  if (bytes > host_.size()) return nomem();
+  void* host = host_.allocate(bytes, round_up(bytes, alloc_granularity), cfg_.uninit_byte);
+  if (host == nullptr) return nomem();
   return host;
 }
 
@@ -1727,13 +1367,7 @@ inline result<std::uint64_t> SimDriver::mem_host_device_pointer(void* host) noex
   auto d = current_device_locked(c);
   if (!d) return std::move(d).error();
   const auto h = reinterpret_cast<std::uintptr_t>(host);
-  auto it = host_index_.upper_bound(h);
-  if (it != host_index_.begin()) {
-    --it;
-    auto m = host_maps_.find(it->second);
-    if (m != host_maps_.end() && h - it->first < m->second.bytes)
-      return it->second + (h - it->first);
-  }
+  if (auto addr = host_.device_pointer(h)) return *addr;
   return fail(c, status::invalid_value,
               "translating host pointer " + detail::sim::hex(h) +
                   ": it is not inside memory from mem_host_alloc_mapped");
@@ -1745,17 +1379,11 @@ inline result<void> SimDriver::mem_host_free(void* host) noexcept {
   if (auto e = enter_locked(c)) return *e;
   auto d = current_device_locked(c);
   if (!d) return std::move(d).error();
-  auto it = host_index_.find(reinterpret_cast<std::uintptr_t>(host));
-  if (it == host_index_.end()) {
+  if (!host_.free(host)) {
     return fail(c, status::invalid_value,
                 "freeing host pointer " + detail::sim::hex(reinterpret_cast<std::uintptr_t>(host)) +
                     ": not the start of memory from mem_host_alloc_mapped (freed already?)");
   }
-  auto m = host_maps_.find(it->second);
-  host_space_.release(m->first - host_base_, m->second.span);
-  ::operator delete (m->second.host, std::align_val_t{4096});
-  host_maps_.erase(m);
-  host_index_.erase(it);
   return ok();
 }
 
@@ -1866,7 +1494,7 @@ inline result<void> SimDriver::launch_kernel(stream_t s, std::span<const SimAcce
   if (!sr) return std::move(sr).error();
   Stream& st = **sr;
   if (st.fault != 0) return fault_error(c, st);
-  const std::uint32_t id = intern_locked(label);
+  const std::uint32_t id = checker_.intern(label);
   const OpRef ref = begin_op_locked(st, OpKind::kernel, Access::ReadWrite, id);
   auto k = std::make_unique<detail::sim::Kernel>();
   k->ptrs.reserve(accesses.size());
@@ -1921,77 +1549,44 @@ inline std::size_t SimDriver::run_until_idle() noexcept {
 
 inline std::size_t SimDriver::pending_ops() const noexcept {
   Lock lk(mu_);
-  std::size_t n = 0;
-  for (const Stream* s : active_) n += s->queue.size();
-  return n;
+  return sched_.queued();
 }
 
 inline std::vector<SimHazard> SimDriver::hazards() const {
   Lock lk(mu_);
-  return hazards_;
+  return checker_.hazards();
 }
 
 inline void SimDriver::clear_hazards() noexcept {
   Lock lk(mu_);
-  hazards_.clear();
-  hazards_dropped_ = 0;
+  checker_.clear();
 }
 
 inline std::uint64_t SimDriver::hazards_dropped() const noexcept {
   Lock lk(mu_);
-  return hazards_dropped_;
+  return checker_.dropped();
 }
 
 inline SimInjection SimDriver::fail_nth(std::string_view call, int n, int status) noexcept {
-  Call c{};
-  const bool known = detail::sim::find_call(call, c);
   Lock lk(mu_);
-  if (!known) {
-    inject_misuse_ =
-        "obeying SimDriver::fail_nth(\"" + std::string(call) +
-        "\"), which is no entry point (use the CUDA name, e.g. cuMemAllocFromPoolAsync)";
-  } else if (n < 1 || status == 0) {
-    inject_misuse_ = "obeying SimDriver::fail_nth(\"" + std::string(call) + "\", " +
-                     std::to_string(n) + ", " + std::to_string(status) +
-                     "): n must be >= 1 and the status non-zero";
-  } else {
-    Injection& in = inject_[static_cast<std::size_t>(c)];
-    in.countdown = n;
-    in.nth_status = status;
-    return SimInjection{true, {}};
-  }
-  return SimInjection{false, inject_misuse_};
+  return faults_.fail_nth(call, n, status);
 }
 
 inline SimInjection SimDriver::fail_always(std::string_view call, int status) noexcept {
-  Call c{};
-  const bool known = detail::sim::find_call(call, c);
   Lock lk(mu_);
-  if (!known) {
-    inject_misuse_ =
-        "obeying SimDriver::fail_always(\"" + std::string(call) +
-        "\"), which is no entry point (use the CUDA name, e.g. cuMemAllocFromPoolAsync)";
-  } else if (status == 0) {
-    inject_misuse_ = "obeying SimDriver::fail_always(\"" + std::string(call) +
-                     "\", 0): the status must be non-zero";
-  } else {
-    inject_[static_cast<std::size_t>(c)].always_status = status;
-    return SimInjection{true, {}};
-  }
-  return SimInjection{false, inject_misuse_};
+  return faults_.fail_always(call, status);
 }
 
 inline void SimDriver::clear_failures() noexcept {
   Lock lk(mu_);
-  inject_.fill(Injection{});
-  inject_misuse_.clear();
+  faults_.clear();
 }
 
 inline std::int64_t SimDriver::calls(std::string_view call) const noexcept {
   Call c{};
   if (!detail::sim::find_call(call, c)) return -1;
   Lock lk(mu_);
-  return static_cast<std::int64_t>(calls_[static_cast<std::size_t>(c)]);
+  return static_cast<std::int64_t>(faults_.calls(c));
 }
 
 inline result<void> SimDriver::fault_stream(stream_t s, int status) noexcept {
@@ -2012,9 +1607,9 @@ inline result<SimMemoryStats> SimDriver::memory_stats(device_t dev) const noexce
   if (!d) return std::move(d).error();
   const Device& x = **d;
   return SimMemoryStats{
-      static_cast<std::size_t>(memory_bytes_), static_cast<std::size_t>(x.allocated),
-      static_cast<std::size_t>(x.pending),     static_cast<std::size_t>(x.quarantined),
-      static_cast<std::size_t>(x.peak),        x.blocks.size()};
+      static_cast<std::size_t>(memory_bytes_), static_cast<std::size_t>(x.mem.allocated),
+      static_cast<std::size_t>(x.mem.pending), static_cast<std::size_t>(x.mem.quarantined),
+      static_cast<std::size_t>(x.mem.peak),    x.mem.blocks.size()};
 }
 
 inline result<std::size_t> SimDriver::bytes_reserved(device_t dev) const noexcept {
