@@ -8,9 +8,12 @@
 //
 // Input layout (bytes read one at a time, so every compiler decodes the same ops):
 //   [0] stack (mod the number of stacks)  [1] scheduler seed
-//   [2] bit 0: inject a failure before the stack is built, from bytes [3..5]
-//   then ops: one byte of kind (mod 16, below 249), then the kind's operand bytes; a kind
-//   byte of 249 to 255 is a reactor wait (Harness::reactor_op) and two operand bytes.
+//   [2] bit 0: inject a failure before the stack is built, from bytes [3..5];
+//       bit 7: reactor waits on (a flag, so that the inputs kept from before the waits
+//       existed mostly decode as they did)
+//   then ops: one byte of kind (mod 16), then the kind's operand bytes; with reactor
+//   waits on, a kind byte of 249 to 255 is a reactor wait (Harness::reactor_op) and two
+//   operand bytes.
 
 #include <cstddef>
 #include <cstdint>
@@ -57,7 +60,7 @@ void run(ByteReader& in, std::uint64_t seed, std::uint8_t flags) {
   if (h.built() || h.build()) {
     for (int ops = 0; ops < 256 && !in.done(); ++ops) {
       const std::uint8_t byte = in.u8();
-      if (byte >= 249) {  // a reactor wait (7 kinds), then its two operand bytes
+      if ((flags & 0x80) != 0 && byte >= 249) {  // a reactor wait (7 kinds), two operands
         const std::uint8_t a = in.u8();
         const std::uint8_t b = in.u8();
         h.reactor_op(byte - 249u, a, b);
