@@ -47,8 +47,6 @@
 #include <pthread.h>
 #include <time.h>
 
-#include <algorithm>
-#include <array>
 #include <atomic>
 #include <bitset>
 #include <chrono>
@@ -73,7 +71,6 @@
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/device/device.hpp"
 #include "xlogrt/device/stream_pool.hpp"
-#include "xlogrt/driver/status.hpp"
 #include "xlogrt/driver/concept.hpp"
 #include "xlogrt/driver/lifetime.hpp"
 #include "xlogrt/reactor/atomics.hpp"
