@@ -2,14 +2,18 @@
 // The stack fuzzer: bytes decoded into a stack choice and a sequence of operations
 // (allocate, free, uses across streams, records, forged and stale blocks, bad streams,
 // reaps, trims, device steps, budget changes, failures injected into any driver entry
-// point), run through stack_harness.hpp, which checks every invariant after every
+// point, reactor waits), run through stack_harness.hpp, which checks every invariant after every
 // operation. Built for libFuzzer (test/fuzz/run.sh) and, with replay_main.cpp, as a
 // plain executable that replays the corpus in the host suite.
 //
 // Input layout (bytes read one at a time, so every compiler decodes the same ops):
 //   [0] stack (mod the number of stacks)  [1] scheduler seed
-//   [2] bit 0: inject a failure before the stack is built, from bytes [3..5]
-//   then ops: one byte of kind (mod 16), then the kind's operand bytes.
+//   [2] bit 0: inject a failure before the stack is built, from bytes [3..5];
+//       bit 7: reactor waits on (a flag, so that the inputs kept from before the waits
+//       existed mostly decode as they did)
+//   then ops: one byte of kind (mod 16), then the kind's operand bytes; with reactor
+//   waits on, a kind byte of 249 to 255 is a reactor wait (Harness::reactor_op) and two
+//   operand bytes.
 
 #include <cstddef>
 #include <cstdint>
@@ -55,7 +59,14 @@ void run(ByteReader& in, std::uint64_t seed, std::uint8_t flags) {
   }
   if (h.built() || h.build()) {
     for (int ops = 0; ops < 256 && !in.done(); ++ops) {
-      const std::uint8_t kind = in.u8() % 16;
+      const std::uint8_t byte = in.u8();
+      if ((flags & 0x80) != 0 && byte >= 249) {  // a reactor wait (7 kinds), two operands
+        const std::uint8_t a = in.u8();
+        const std::uint8_t b = in.u8();
+        h.reactor_op(byte - 249u, a, b);
+        continue;
+      }
+      const std::uint8_t kind = byte % 16;
       switch (kind) {
         case 0:
         case 1: {

@@ -44,19 +44,10 @@
 #include <xlogrt/runtime.hpp>
 
 #include "../decorators/decorated_stacks.hpp"
+#include "fuzz_check.hpp"
+#include "reactor_waits.hpp"
 
 namespace xlogrt::fuzz {
-
-[[noreturn]] inline void broken(const std::string& what) {
-  std::fprintf(stderr, "xlogrt fuzz: invariant broken: %s\n", what.c_str());
-  std::fflush(stderr);
-  std::abort();
-}
-
-#define XF_CHECK(cond, ...)                                                      \
-  do {                                                                           \
-    if (!(cond)) ::xlogrt::fuzz::broken(std::string(#cond) + ": " + (__VA_ARGS__)); \
-  } while (0)
 
 /// Issue #16's bugs the decoder avoids unless XLOGRT_FUZZ_KNOWN_BUGS names them.
 inline bool known_bug_enabled(int n) {
@@ -433,6 +424,40 @@ class Harness {
     armed_ = false;
   }
 
+  /// Reactor waits on the harness's streams (reactor_waits.hpp). `op`: 0 a callback,
+  /// 1 a future, 2 a StreamPoint with callbacks, on stream `a` % (STREAMS + 1) (the last:
+  /// outside the pool); 3 one more callback on the latest point; 4 settle (every stream
+  /// run dry, every wait completed); 5 destroy the reactor; 6 a failure injected into an
+  /// entry point the reactor calls. The reactor is created by the first wait, with
+  /// 1 + b % 4 slots and flag writes unless b & 0x80.
+  void reactor_op(unsigned op, std::uint8_t a, std::uint8_t b) {
+    static constexpr std::string_view reactor_calls[] = {
+        "cuStreamWriteValue32", "cuLaunchHostFunc", "cuStreamQuery", "cuMemHostAlloc",
+        "cuMemHostGetDevicePointer", "cuMemFreeHost", "cuCtxSetCurrent", "cuLaunchKernel"};
+    if (!waits_) {
+      waits_.emplace(sim_, streams_, STREAMS,
+                     [this](const error& e, const char* what, std::initializer_list<errc> allowed) { named(e, what, allowed); });
+    }
+    trace("reactor op " + std::to_string(op) + " " + std::to_string(a) + " " + std::to_string(b));
+    if (op <= 2) {
+      waits_->create(1 + b % 4, (b & 0x80) == 0);
+      waits_->arm(a % (STREAMS + 1), op, (b >> 2) % 3);
+    } else if (op == 3) {
+      waits_->attach_late();
+    } else if (op == 4) {
+      waits_->settle();
+    } else if (op == 5) {
+      waits_->destroy();
+    } else {
+      const std::string_view name = reactor_calls[a % std::size(reactor_calls)];
+      const std::size_t call = static_cast<std::size_t>(
+          std::find(std::begin(entry_points), std::end(entry_points), name) - std::begin(entry_points));
+      XF_CHECK(call < std::size(entry_points), "no entry point " + std::string(name));
+      inject(call, 1 + b % 8, b & 0x40 ? status::illegal_address : status::unknown, (b & 0x30) == 0x30);
+    }
+    check("reactor op");
+  }
+
   /// A few calls with bad streams: all refused with unknown_stream.
   void bad_streams(std::uint32_t pick) {
     static constexpr std::uint32_t bad[] = {STREAMS, STREAMS + 1, 255, 256, 0x10000, 0xFFFFFFFEu, 0xFFFFFFFFu};
@@ -463,6 +488,9 @@ class Harness {
   /// device, destroys the stack, and requires that nothing is left anywhere.
   void finish() {
     clear_injections();
+    // The reactor first: it holds the stream pool. Waits still armed are cancelled; the
+    // host functions they leave in the streams run below, and free their tickets.
+    waits_.reset();
     XF_CHECK(clear_device_budget(0).has_value(), "clear_device_budget");
     if (stack_) {
       trace("finish");
@@ -697,6 +725,7 @@ class Harness {
   std::size_t base_in_use_ = 0;
   bool armed_ = false;
   bool reaped_ = false;
+  std::optional<ReactorWaits> waits_;  // last: destroyed first, before the streams
 };
 
 }  // namespace xlogrt::fuzz

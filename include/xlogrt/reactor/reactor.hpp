@@ -21,41 +21,19 @@
 // mark() arms one such completion and returns a StreamPoint that any number of waiters
 // attach to, lock-free; the one completion then serves them all (point.hpp).
 //
-// Scanner idle policy. After its last completion the scanner polls for spin_for (pause
-// between passes), then for yield_for (yielding the core between passes). Then, if a slot
-// is still armed, it keeps polling with naps that grow with the time waited, up to
-// nap_max (so a long kernel costs little CPU and at most ~1/8 of its run time in extra
-// latency); if nothing is armed it parks on a condition variable and burns no CPU until a
-// registration takes the reactor from idle to active, which wakes it. Only that
-// transition wakes it: a registration while the scanner is awake costs no wake-up at all
-// (detail/reactor_parker.hpp has the hand-off and its orders).
-//
-// Faults. A stream whose context faults never writes its flags nor runs its host
-// functions. While waits are armed the scanner queries their streams every probe_every;
-// when a query fails with one of CUDA's sticky statuses (status::sticky: the context is
-// gone), or fails QUERY_FAILURES_TO_FAULT probes in a row with any other (a stream that
-// cannot be queried at all), the stream's waiters complete with errc::stream_fault, and
-// later waits on it fail at once with the same error. Any other failed query is taken as
-// transient: the waits stay armed and the next probe asks again. (The host functions of a faulted stream
-// stay in the driver's queue for ever; each holds a small ticket of the reactor's, which
-// is therefore never freed.)
-//
-// Orders (beyond SlotTable's and the Parker's, which their headers explain). The fault
-// probe must find the waiters armed on a stream, but the slot table hands a payload only
-// to the scan that retires it. So slot_waiter_[slot] mirrors the waiter armed on each
-// slot: the registrant stores it with release after filling in the waiter and before
-// publishing, and the probe loads it with acquire, which makes the waiter's stream
-// readable. Only the scanner clears an entry, with a relaxed compare-exchange from the
-// waiter it has just retired: a registrant that already re-claimed the recycled slot has
-// stored its own waiter, and the exchange leaves that alone (the waiter cannot have been
-// freed and reused meanwhile: it is completed after the exchange). A non-null entry is
-// therefore a waiter that nobody but the scanner can retire, so the probe, on the
-// scanner's thread, may set its flag (release, as the device would; the scan's acquire
-// load of the flag pairs with it) without racing the slot's next owner. faulted_[s] is
-// stored with release after fault_error_[s] has been written, once; arm() loads it with
-// acquire before reading the error. Why not a per-stream list of armed waiters under a
-// mutex: that puts a lock on every arm for the sake of a rare fault; the mirror costs
-// arm one store and retirement one compare-exchange on a line the scanner has warmed.
+// The parts, each with its own narrative:
+// - reactor_options.hpp: the options and the counters;
+// - slot_table.hpp and pinned_flags.hpp: the completion slots and their flags;
+// - detail/reactor_fallback.hpp: the host-function path;
+// - detail/reactor_idle.hpp: the scanner's idle policy (spin, yield, nap, park);
+// - detail/reactor_parker.hpp: where the scanner parks and how a registration wakes it;
+// - detail/stream_faults.hpp: the fault probe's verdicts (sticky statuses, failures in a
+//   row) and how arm() reads them;
+// - detail/slot_waiters.hpp: the mirror of the waiter armed on each slot, through which
+//   the probe and the destructor find the waits of a stream, and its orders;
+// - detail/reactor_waiter.hpp: the node every delivery form is.
+// This file composes them: arming, the scanner's loop, the probe's pass over the armed
+// waits, and destruction.
 //
 // ---- What completion code may do -------------------------------------------------------
 //
@@ -69,8 +47,6 @@
 #include <pthread.h>
 #include <time.h>
 
-#include <algorithm>
-#include <array>
 #include <atomic>
 #include <bitset>
 #include <chrono>
@@ -95,59 +71,24 @@
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/device/device.hpp"
 #include "xlogrt/device/stream_pool.hpp"
-#include "xlogrt/driver/status.hpp"
 #include "xlogrt/driver/concept.hpp"
 #include "xlogrt/driver/lifetime.hpp"
 #include "xlogrt/reactor/atomics.hpp"
 #include "xlogrt/reactor/awaitable.hpp"
 #include "xlogrt/reactor/detail/reactor_counters.hpp"
 #include "xlogrt/reactor/detail/reactor_fallback.hpp"
-#include "xlogrt/reactor/detail/prefetch.hpp"
+#include "xlogrt/reactor/detail/reactor_idle.hpp"
 #include "xlogrt/reactor/detail/reactor_parker.hpp"
 #include "xlogrt/reactor/detail/reactor_waiter.hpp"
+#include "xlogrt/reactor/detail/slot_waiters.hpp"
+#include "xlogrt/reactor/detail/stream_faults.hpp"
 #include "xlogrt/reactor/future_error.hpp"
 #include "xlogrt/reactor/pinned_flags.hpp"
 #include "xlogrt/reactor/point.hpp"
+#include "xlogrt/reactor/reactor_options.hpp"
 #include "xlogrt/reactor/slot_table.hpp"
 
 namespace xlogrt {
-
-/// How a Reactor is built. The defaults suit an engine with a few hundred waits in flight.
-///
-/// Not thread-safe: a plain value, copied by Reactor::create.
-struct ReactorOptions {
-  /// Completion slots (flags): waits armed at once with a flag write; more fall back to
-  /// host functions. 1 to 1,048,576.
-  std::size_t slots = 1024;
-  /// After the last completion, poll without giving the core away for this long...
-  std::chrono::nanoseconds spin_for = std::chrono::microseconds(50);
-  /// ...then poll yielding the core between passes for this long...
-  std::chrono::nanoseconds yield_for = std::chrono::microseconds(450);
-  /// ...then, while a slot is armed, poll between naps of up to this long (0: keep
-  /// yielding); with nothing armed, park.
-  std::chrono::nanoseconds nap_max = std::chrono::microseconds(50);
-  /// While waits are armed, how often their streams are queried for faults. > 0.
-  std::chrono::nanoseconds probe_every = std::chrono::milliseconds(10);
-  /// false: every wait takes the host-function path (for comparisons and tests).
-  bool flag_writes = true;
-};
-
-/// A snapshot of a reactor's counters (each exact once the threads that bump it are done).
-///
-/// Not thread-safe: a plain value.
-struct ReactorCounters {
-  std::uint64_t armed = 0;      ///< waits armed, on either path
-  std::uint64_t fallbacks = 0;  ///< of those, armed as host functions
-  std::uint64_t completed = 0;  ///< waiters completed, whatever the outcome
-  std::uint64_t faulted = 0;    ///< of those, with errc::stream_fault
-  std::uint64_t cancelled = 0;  ///< of those, with errc::cancelled (reactor destroyed)
-  std::uint64_t wakeups = 0;    ///< registrations (and host functions) that woke a
-                                ///< scanner going to sleep or asleep
-  std::uint64_t parks = 0;      ///< times the scanner slept
-  std::uint64_t probes = 0;     ///< fault probes run
-  std::uint64_t coalesced = 0;  ///< waiters served by a StreamPoint's one completion (not
-                                ///< counted in `completed`, which counts the point once)
-};
 
 /// The completion reactor of one device's streams (see the file comment).
 ///
@@ -164,10 +105,11 @@ class Reactor {
  public:
   using driver_type = D;
   using stream_t = typename D::stream_t;
-  static constexpr std::size_t MAX_SLOTS = std::size_t{1} << 20;
+  static constexpr std::size_t MAX_SLOTS = REACTOR_MAX_SLOTS;
   /// Probes in a row whose query of a stream fails with a status that is not sticky
-  /// before the stream counts as faulted (see the header comment).
-  static constexpr std::uint8_t QUERY_FAILURES_TO_FAULT = 16;
+  /// before the stream counts as faulted (see detail/stream_faults.hpp).
+  static constexpr std::uint8_t QUERY_FAILURES_TO_FAULT =
+      detail::StreamFaults<StreamPool<D>::MAX_STREAMS>::QUERY_FAILURES_TO_FAULT;
 
   /// A reactor over the streams of `streams`, with its scanner thread started.
   /// Errors: invalid_argument (null pool, options out of range), the driver's (making
@@ -176,17 +118,7 @@ class Reactor {
   static result<std::unique_ptr<Reactor>> create(std::shared_ptr<StreamPool<D>> streams,
                                                  ReactorOptions options = {}) noexcept {
     if (!streams) return error{errc::invalid_argument, "Reactor::create needs a stream pool"};
-    if (options.slots == 0 || options.slots > MAX_SLOTS) {
-      return error{errc::invalid_argument, "a reactor has 1 to " + std::to_string(MAX_SLOTS) +
-                                               " completion slots, not " +
-                                               std::to_string(options.slots)};
-    }
-    if (options.probe_every.count() <= 0 || options.spin_for.count() < 0 ||
-        options.yield_for.count() < 0 || options.nap_max.count() < 0) {
-      return error{errc::invalid_argument,
-                   "reactor options: probe_every must be positive and spin_for, yield_for "
-                   "and nap_max not negative"};
-    }
+    if (auto checked = check_reactor_options(options); !checked) return std::move(checked).error();
     const auto& device = streams->device();
     if (auto r = device->make_current(); !r) return std::move(r).error();
     std::unique_ptr<Reactor> self(new (std::nothrow) Reactor(std::move(streams), options));
@@ -209,7 +141,7 @@ class Reactor {
     std::bitset<StreamPool<D>::MAX_STREAMS> still_armed;
     if (table_) {
       for (std::size_t i = 0; i < table_->capacity(); ++i) {
-        if (detail::ReactorWaiter* w = slot_waiter_[i].exchange(nullptr, std::memory_order_acq_rel)) {
+        if (detail::ReactorWaiter* w = armed_waiters_.take(i)) {
           still_armed.set(w->stream_);
           cancel(w);
         }
@@ -294,9 +226,7 @@ class Reactor {
     }
     auto s = streams_->get(stream);
     if (!s) [[unlikely]] return std::move(s).error();
-    if (faulted_[stream.value].load(std::memory_order_acquire)) [[unlikely]] {
-      return *fault_error_[stream.value];
-    }
+    if (faults_.faulted(stream.value)) [[unlikely]] return faults_.error_of(stream.value);
     // No make_current: the flag write and the host function name their stream, which
     // carries its context (a cuCtxGetCurrent per arm would cost more than the rest).
     w.stream_ = stream.value;
@@ -310,8 +240,7 @@ class Reactor {
           return arm_failure(std::move(r).error(), stream);
         }
         w.slot_ = static_cast<std::uint32_t>(*slot);
-        // Release: the fault probe reads the waiter's fields after loading this.
-        slot_waiter_[*slot].store(&w, std::memory_order_release);
+        armed_waiters_.publish(*slot, &w);
         armed_.add();
         if (table_->publish(*slot, &w)) wake();
         return ok();
@@ -369,13 +298,13 @@ class Reactor {
   result<void> init() noexcept {
     try {
       hub_ = std::make_shared<detail::FallbackHub>(&wake_thunk, this);
-      fault_error_ = std::make_unique<std::optional<error>[]>(MAX_STREAMS);
+      faults_.allocate();
       const DeviceInfo& info = device_->info();
       if (options_.flag_writes && info.stream_mem_ops && info.map_host_memory) {
         auto flags = PinnedFlags<D>::create(*driver_, options_.slots);
         if (!flags) return std::move(flags).error();
         table_.emplace(options_.slots, std::move(*flags));
-        slot_waiter_ = std::make_unique<std::atomic<detail::ReactorWaiter*>[]>(options_.slots);
+        armed_waiters_.allocate(options_.slots);
         woken_.reserve(options_.slots);
       }
     } catch (const std::bad_alloc&) {
@@ -435,6 +364,7 @@ class Reactor {
     prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);  // naps of microseconds, not 50 us more
 #endif
     (void)device_->make_current();
+    const detail::ScannerIdle idle_policy(options_);
     clock::time_point last_progress = clock::now();
     clock::time_point next_probe = last_progress + options_.probe_every;
     for (;;) {
@@ -450,24 +380,18 @@ class Reactor {
         continue;
       }
       const auto idle = now - last_progress;
-      if (idle < options_.spin_for) {
-        // Polling: passes of one pause and a scan, the clock read (tens of ns on some
-        // hosts) once per SPIN_PASSES; a flag is noticed only between passes.
-        for (int i = 0; i < SPIN_PASSES; ++i) {
-          StdAtomics::pause();
-          if (drain()) {
-            last_progress = clock::now();
-            break;
-          }
-        }
+      const detail::IdlePhase phase = idle_policy.phase(idle);
+      if (phase == detail::IdlePhase::spin) {
+        // A flag is noticed only between passes; the clock is read once per spin().
+        if (idle_policy.spin([this] { return drain(); })) last_progress = clock::now();
         continue;
       }
-      if (idle < options_.spin_for + options_.yield_for) {
-        StdAtomics::yield();
+      if (phase == detail::IdlePhase::yield) {
+        idle_policy.yield();
         continue;
       }
       if (table_ && !table_->is_idle()) {
-        nap(idle - options_.spin_for - options_.yield_for);
+        idle_policy.nap(idle);
         continue;
       }
       // Nothing armed with a flag. Host-function waits may be pending: they wake the
@@ -485,18 +409,6 @@ class Reactor {
     }
   }
 
-  static constexpr int SPIN_PASSES = 16;
-
-  void nap(std::chrono::nanoseconds over) noexcept {
-    if (options_.nap_max.count() == 0) {
-      StdAtomics::yield();
-      return;
-    }
-    const auto step = std::clamp<std::chrono::nanoseconds>(
-        over / 8, std::chrono::microseconds(1), options_.nap_max);
-    std::this_thread::sleep_for(step);
-  }
-
   /// One pass over both paths; true when anything completed.
   bool drain() noexcept {
     bool any = false;
@@ -504,7 +416,7 @@ class Reactor {
       woken_.clear();
       try {
         // capacity reserved for every slot: cannot throw
-        table_->scan_once(woken_, [this](std::size_t slot) noexcept { warm(slot); });
+        table_->scan_once(woken_, [this](std::size_t slot) noexcept { armed_waiters_.warm(slot); });
       } catch (...) {
       }
       for (detail::ReactorWaiter* w : woken_) retire(w);
@@ -518,32 +430,13 @@ class Reactor {
     return any;
   }
 
-  /// While slot's wait is armed: pulls in what retiring it will touch besides the slot
-  /// table's lines (the slot's mirror entry, the waiter, a coroutine's frame), so that
-  /// the completion waits for no line the arming thread wrote (see SlotTable::scan_once).
-  void warm(std::size_t slot) noexcept {
-    detail::prefetch_write(&slot_waiter_[slot]);
-    // Acquire: pairs with arm()'s release store, so the waiter's fields may be read.
-    if (const detail::ReactorWaiter* w = slot_waiter_[slot].load(std::memory_order_acquire)) {
-      // A node spans up to 3 lines (an awaiter's holds its outcome); a coroutine frame,
-      // which the resumed coroutine writes, a few more.
-      for (int line = 0; line < 3; ++line) detail::prefetch_write(reinterpret_cast<const char*>(w) + 64 * line);
-      if (w->warm_ != nullptr) {
-        for (int line = 0; line < 4; ++line) detail::prefetch_write(static_cast<const char*>(w->warm_) + 64 * line);
-      }
-    }
-  }
-
   /// A waiter whose slot the scanner retired: its flag was written by the device, or by
   /// the fault probe.
   void retire(detail::ReactorWaiter* w) noexcept {
-    detail::ReactorWaiter* expected = w;
-    // Relaxed: the entry only names armed waiters for the probe; a registrant that has
-    // already claimed the recycled slot stored its own waiter, and the CAS leaves it.
-    slot_waiter_[w->slot_].compare_exchange_strong(expected, nullptr, std::memory_order_relaxed);
+    armed_waiters_.clear(w);
     if (w->faulted_) {
       faulted_count_.fetch_add(1, std::memory_order_relaxed);
-      deliver(w, *fault_error_[w->stream_]);
+      deliver(w, faults_.error_of(w->stream_));
     } else {
       deliver(w, ok());
     }
@@ -578,7 +471,7 @@ class Reactor {
     std::bitset<MAX_STREAMS> armed;
     if (table_) {
       for (std::size_t i = 0; i < table_->capacity(); ++i) {
-        if (const detail::ReactorWaiter* w = slot_waiter_[i].load(std::memory_order_acquire)) {
+        if (const detail::ReactorWaiter* w = armed_waiters_.armed(i)) {
           armed.set(w->stream_);
         }
       }
@@ -588,43 +481,27 @@ class Reactor {
     probes_.fetch_add(1, std::memory_order_relaxed);
     for (std::size_t s = 0; s < MAX_STREAMS; ++s) {
       if (!armed.test(s)) continue;
-      if (faulted_[s].load(std::memory_order_relaxed)) {  // waits armed since the fault
-        fail_stream(static_cast<std::uint32_t>(s));
+      const auto stream = static_cast<std::uint32_t>(s);
+      if (faults_.unsynchronized_faulted(stream)) {  // waits armed since the fault
+        fail_stream(stream);
         continue;
       }
-      auto h = streams_->get(StreamId{static_cast<std::uint32_t>(s)});
+      auto h = streams_->get(StreamId{stream});
       if (!h) continue;
       auto q = driver_->stream_query(*h);
       if (q) {
-        query_failures_[s] = 0;
+        faults_.query_ok(stream);
         continue;
       }
-      // Once the process exits the driver answers shutting_down to everything: that says
-      // nothing about the stream.
-      if (q.error().code() == errc::shutting_down) continue;
-      if (!status::sticky(q.error().driver_status()) && ++query_failures_[s] < QUERY_FAILURES_TO_FAULT) continue;
-      record_fault(static_cast<std::uint32_t>(s), q.error());
-      fail_stream(static_cast<std::uint32_t>(s));
+      if (faults_.query_failed(stream, q.error(), device_->ordinal())) fail_stream(stream);
     }
-  }
-
-  void record_fault(std::uint32_t s, const error& cause) noexcept {
-    if (faulted_[s].load(std::memory_order_relaxed)) return;  // the first cause stays
-    fault_error_[s].emplace(
-        errc::stream_fault,
-        "stream " + std::to_string(s) + " of ordinal " + std::to_string(device_->ordinal()) +
-            " faulted before the awaited point was reached (" + cause.message() +
-            "); waits on it fail from now on: recreate the context and its streams",
-        cause.driver_status());
-    // Release: arm() reads fault_error_[s] after an acquire load of this.
-    faulted_[s].store(true, std::memory_order_release);
   }
 
   /// Completes every wait armed on faulted stream `s` with its fault.
   void fail_stream(std::uint32_t s) noexcept {
     if (table_) {
       for (std::size_t i = 0; i < table_->capacity(); ++i) {
-        detail::ReactorWaiter* w = slot_waiter_[i].load(std::memory_order_acquire);
+        detail::ReactorWaiter* w = armed_waiters_.armed(i);
         if (w == nullptr || w->stream_ != s || w->faulted_) continue;
         auto& word = table_->flags().word(i);
         if (StdAtomics::load_flag(word, std::memory_order_acquire) != 0) continue;  // reached
@@ -638,7 +515,7 @@ class Reactor {
     while (w != nullptr) {
       detail::ReactorWaiter* next = w->next_;
       faulted_count_.fetch_add(1, std::memory_order_relaxed);
-      deliver(w, *fault_error_[s]);
+      deliver(w, faults_.error_of(s));
       w = next;
     }
   }
@@ -661,15 +538,12 @@ class Reactor {
   D* driver_;
   ReactorOptions options_;
   std::optional<Table> table_;
-  std::unique_ptr<std::atomic<detail::ReactorWaiter*>[]> slot_waiter_;
+  detail::SlotWaiters armed_waiters_;
   std::vector<detail::ReactorWaiter*> woken_;  // the scanner's
   std::shared_ptr<detail::FallbackHub> hub_;
 
   // Faults: written once per stream by the scanner, read by arm().
-  std::array<std::atomic<bool>, MAX_STREAMS> faulted_{};
-  // Failed queries in a row of each stream, with a status that is not sticky (the scanner's).
-  std::array<std::uint8_t, MAX_STREAMS> query_failures_{};
-  std::unique_ptr<std::optional<error>[]> fault_error_;
+  detail::StreamFaults<MAX_STREAMS> faults_;
 
   // Registrant-side counters.
   detail::ReactorStripedCount armed_;
