@@ -65,8 +65,19 @@ struct BudgetStack : OverAsync<SimDriver> {
   }
 };
 
+/// A stack chosen at run time: AnyResource holding the default stack.
+struct AnyStack : OverAsync<SimDriver> {
+  using type = AnyResource;
+  static constexpr const char* name = "AnyResource{DefaultStack}";
+  static result<type> make(const std::shared_ptr<StreamPool<SimDriver>>& s) {
+    auto inner = StackBuilder<DefaultStackOn<SimDriver>>::build(s);
+    if (!inner) return std::move(inner).error();
+    return type(std::move(*inner));
+  }
+};
+
 using ForeignStacks = std::tuple<AsyncStack<SimDriver>, DirectStack<SimDriver>, CachedStack<SimDriver>,
-                                 DefaultStackFactory<SimDriver>, GuardedStack>;
+                                 DefaultStackFactory<SimDriver>, GuardedStack, AnyStack>;
 
 /// What a refused call must leave as it was, on one ordinal's stack.
 struct Accounting {
