@@ -8,6 +8,11 @@
 // stream of device 1, as in CUDA). It does not model peer access or pool access
 // (cuCtxEnablePeerAccess, cuMemPoolSetAccess; the Driver concept has neither): a kernel
 // on device 1 may touch device 0's memory, and the checker judges only the order.
+//
+// A runtime tracks uses on the streams of its own pool only (StreamPool::adopt refuses a
+// stream of another device), so a use of a device 0 block by device 1 is told to device
+// 0's runtime as a use on a device 0 stream that device 1's stream is ordered with, both
+// ways, by events (the proxy case below).
 
 #include <catch2/catch.hpp>
 
