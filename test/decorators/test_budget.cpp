@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <xlogrt/device/stream_pool.hpp>
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/resource/async_cuda.hpp>
 #include <xlogrt/resource/budget.hpp>
 

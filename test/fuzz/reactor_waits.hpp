@@ -51,7 +51,7 @@
 #include <thread>
 #include <vector>
 
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/reactor/reactor.hpp>
 
 #include "fuzz_check.hpp"

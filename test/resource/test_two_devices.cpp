@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include <xlogrt/driver/sim_driver.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
 #include "conformance.hpp"
