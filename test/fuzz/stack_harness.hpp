@@ -46,7 +46,7 @@
 #include <xlogrt/driver/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
-#include "../decorators/decorated_stacks.hpp"
+#include "../resource/decorated_stacks.hpp"
 
 namespace xlogrt::fuzz {
 

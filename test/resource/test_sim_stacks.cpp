@@ -3,7 +3,7 @@
 // decorated stack, DebugGuard catching a simulated kernel's out-of-bounds write, and
 // Budget exact over AsyncCuda under threads.
 
-#include "../resource/conformance.hpp"
+#include "conformance.hpp"
 #include "decorated_stacks.hpp"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// Stack factories for the conformance suite (test/resource/conformance.hpp) over the
+// Stack factories for the conformance suite (conformance.hpp) over the
 // decorators: each decorated stack must honour the same contract as the base resource
 // it wraps. A new decorator adds a factory here and a line in the type list of
 // test_sim_stacks.cpp.
@@ -18,7 +18,7 @@
 #include <xlogrt/resource/logging.hpp>
 #include <xlogrt/resource/statistics.hpp>
 
-#include "../resource/stacks.hpp"
+#include "stacks.hpp"
 
 namespace xlogrt::testing {
 

@@ -20,7 +20,7 @@
 #include <xlogrt/driver/sim_driver.hpp>
 #include <xlogrt/resource/live_blocks.hpp>
 
-#include "../resource/conformance.hpp"
+#include "conformance.hpp"
 #include "decorated_stacks.hpp"
 #include "spies.hpp"
 
