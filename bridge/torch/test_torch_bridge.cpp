@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// libxlogrt_torch's C functions without a GPU or torch: CudaDriver on test/cuda's working
+// libxlogrt_torch's C functions without a GPU or torch: CudaDriver on test/driver's working
 // fake libcuda (XLOGRT_LIBCUDA), budget 1 MiB (XLOGRT_BUDGET_BYTES), both set by
 // meson.build. Streams are arbitrary handles: the fake gives each an id. What torch
 // would do: allocate on its stream, record a side stream, free with the recorded size;

@@ -28,7 +28,7 @@ mkdir -p "$out"
 for t in "${targets[@]}"; do
   bin="$out/fuzz_$t"
   src=test/fuzz/fuzz_$t.cpp
-  if [ ! -x "$bin" ] || [ -n "$(find include test/fuzz test/resource/stacks.hpp test/decorators/decorated_stacks.hpp -newer "$bin" -name '*.[hc]pp' -print -quit)" ]; then
+  if [ ! -x "$bin" ] || [ -n "$(find include test/fuzz test/resource/stack_registry.hpp -newer "$bin" -name '*.[hc]pp' -print -quit)" ]; then
     echo "fuzz: building $bin"
     clang++ -std=c++20 -O2 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
       -Iinclude -isystem "$cuda_inc" "$src" -o "$bin" -lpthread -ldl

@@ -43,7 +43,7 @@
 #include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
-#include "../decorators/decorated_stacks.hpp"
+#include "../resource/stack_registry.hpp"
 #include "fuzz_check.hpp"
 #include "reactor_waits.hpp"
 
@@ -108,23 +108,22 @@ constexpr bool has_layer() {
 }
 }  // namespace detail
 
-// DebugGuard over DirectCuda (bug #9's stack), the one shipped combination the
-// conformance factories lack.
-template <class D>
-struct DebugGuardDirect : testing::OverDirect<D> {
-  using type = DebugGuard<DirectCuda<D>>;
-  static constexpr const char* name = "DebugGuard<DirectCuda>";
-  static result<type> make(const std::shared_ptr<StreamPool<D>>& s) { return type{DirectCuda<D>(s)}; }
-};
-
-/// Every shipped stack the harness drives, on SimDriver.
-using Stacks =
-    std::tuple<testing::AsyncStack<SimDriver>, testing::DirectStack<SimDriver>,
-               testing::BudgetAsync<SimDriver>, testing::BudgetDirect<SimDriver>,
-               testing::StatisticsAsync<SimDriver>, testing::LoggingAsync<SimDriver>,
-               testing::FullAsync<SimDriver>, testing::DebugGuardAsync<SimDriver>,
-               DebugGuardDirect<SimDriver>, testing::CachedStack<SimDriver>,
-               testing::DefaultStackFactory<SimDriver>>;
+/// Every shipped stack the harness drives, on SimDriver: entries of the registry, so each
+/// also runs in the conformance suite. The order is the corpus's: an input's first byte
+/// picks a stack by its index here.
+using Stacks = std::tuple<
+    testing::Entry<AsyncCuda<SimDriver>>,
+    testing::Entry<DirectCuda<SimDriver>>,
+    testing::Entry<Budget<AsyncCuda<SimDriver>>>,
+    testing::Entry<Budget<DirectCuda<SimDriver>>>,
+    testing::Entry<Statistics<AsyncCuda<SimDriver>>>,
+    testing::Entry<Logging<AsyncCuda<SimDriver>, RingSink>>,
+    testing::Entry<Budget<Statistics<Logging<AsyncCuda<SimDriver>, NullSink>>>>,
+    testing::Entry<DebugGuard<AsyncCuda<SimDriver>>>,
+    testing::Entry<DebugGuard<DirectCuda<SimDriver>>>,  // bug #9's stack
+    testing::Entry<Cached<AsyncCuda<SimDriver>>>,
+    testing::Entry<DefaultStackOn<SimDriver>>>;
+static_assert(testing::all_registered<Stacks, SimDriver>, "a fuzzed stack is missing from AllStacks");
 inline constexpr std::size_t stack_count = std::tuple_size_v<Stacks>;
 
 inline constexpr std::uint32_t STREAMS = 4;

@@ -3,7 +3,7 @@
 # The two-GPU runs of issue 18, for a machine with two GPUs (nvidia-h200-x2).
 #
 # NOT RUN YET: written on a machine without a GPU. The SimDriver part of the issue runs
-# in CI (test/resource/test_two_devices.cpp); this script is what remains, and its first
+# in CI (test/runtime/test_two_devices.cpp); this script is what remains, and its first
 # run on two GPUs is its test.
 #
 # usage: two_gpu.sh [BUILD_DIR]
@@ -69,7 +69,7 @@ both_gpus() {
 }
 
 # 1. One process, both GPUs.
-prog=$build/test/resource/test_two_devices_gpu
+prog=$build/test/runtime/test_two_devices_gpu
 if [ -x "$prog" ]; then
   "$prog" >"$out/two_devices_gpu.log" 2>&1; rc=$?
   note "test_two_devices_gpu (one process, both GPUs): exit $rc"

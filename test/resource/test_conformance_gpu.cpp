@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The conformance suite and the runtime's contract on the real driver. Exits 77 (Meson's
-// SKIP) when the machine has no CUDA driver or no device; never passes without running.
+// The conformance suite over every stack of the registry (stack_registry.hpp) and the
+// runtime's contract, on the real driver. Exits 77 (Meson's SKIP) when the machine has no
+// CUDA driver or no device; never passes without running.
 
 #define CATCH_CONFIG_RUNNER
 #include "../gpu_main.hpp"
 #include "conformance.hpp"
-#include "stacks.hpp"
+#include "stack_registry.hpp"
 
 #include <cstdio>
 #include <string>
@@ -20,21 +21,7 @@ namespace {
 CudaDriver* gpu = nullptr;
 }
 
-/// DebugGuard over AsyncCuda, for the suite and for a real overrun on the device.
-struct GuardedStack {
-  using driver = CudaDriver;
-  using type = DebugGuard<AsyncCuda<CudaDriver>>;
-  static constexpr const char* name = "DebugGuard<AsyncCuda>";
-  static result<type> make(const std::shared_ptr<StreamPool<CudaDriver>>& s) {
-    auto base = AsyncCuda<CudaDriver>::create(s);
-    if (!base) return std::move(base).error();
-    return type(std::move(*base));
-  }
-};
-
-using GpuStacks = std::tuple<AsyncStack<CudaDriver>, DirectStack<CudaDriver>, CachedStack<CudaDriver>,
-                             DefaultStackFactory<CudaDriver>,
-                             GuardedStack>;
+using GuardedStack = Entry<DebugGuard<AsyncCuda<CudaDriver>>>;
 
 TEST_CASE("DebugGuard catches a real overrun on the device, and not a clean block", "[gpu][debug_guard]") {
   Rig<GuardedStack> rig(*gpu);
@@ -58,12 +45,12 @@ TEST_CASE("DebugGuard catches a real overrun on the device, and not a clean bloc
   CHECK(r.bytes_outstanding() == 0);  // freed all the same
 }
 
-TEMPLATE_LIST_TEST_CASE("resource conformance on CudaDriver", "[gpu][conformance]", GpuStacks) {
+TEMPLATE_LIST_TEST_CASE("resource conformance on CudaDriver", "[gpu][conformance]", AllStacks<CudaDriver>) {
   conformance_suite<TestType>(*gpu);
 }
 
 TEST_CASE("the caching layer keeps a held stream's blocks from other streams on the GPU", "[gpu][cached]") {
-  Rig<CachedStack<CudaDriver>> rig(*gpu);
+  Rig<Entry<Cached<AsyncCuda<CudaDriver>>>> rig(*gpu);
   auto& r = *rig.stack;
   auto s0 = *rig.streams->get(StreamId{0});
   std::atomic<bool> release{false};

@@ -1,34 +1,47 @@
 // SPDX-License-Identifier: Apache-2.0
-// The conformance suite over the base resources, on SimDriver.
+// The conformance suite over every stack of the registry (stack_registry.hpp), on
+// SimDriver, and a driver failure under each stack.
 
 #include "conformance.hpp"
-#include "stacks.hpp"
+#include "stack_registry.hpp"
+
+#include <string_view>
 
 #include <xlogrt/sim/sim_driver.hpp>
 
 using namespace xlogrt;
 using namespace xlogrt::testing;
 
-using BaseStacks = std::tuple<AsyncStack<SimDriver>, DirectStack<SimDriver>, CachedStack<SimDriver>,
-                              DefaultStackFactory<SimDriver>>;
+// What an entry derives from its type: the name from the layers', the driver calls from
+// the base resource, `caches` from a Cached layer anywhere in the stack.
+static_assert(std::string_view(Entry<DefaultStackOn<SimDriver>>::name) ==
+              "Statistics<Logging<Cached<Budget<AsyncCuda>>, FileSink>>");
+static_assert(std::string_view(Entry<Any<DebugGuard<DirectCuda<SimDriver>>>>::name) ==
+              "AnyResource{DebugGuard<DirectCuda>}");
+static_assert(std::string_view(Entry<Budget<Statistics<DirectCuda<SimDriver>>>>::alloc_call) == "cuMemAlloc");
+static_assert(std::string_view(Entry<Logging<AsyncCuda<SimDriver>, RingSink>>::free_call) == "cuMemFreeAsync");
+static_assert(Entry<DefaultStackOn<SimDriver>>::caches && Entry<Cached<AsyncCuda<SimDriver>>>::caches);
+static_assert(!Entry<Budget<Statistics<Logging<AsyncCuda<SimDriver>, NullSink>>>>::caches);
 
-TEMPLATE_LIST_TEST_CASE("resource conformance on SimDriver", "[conformance]", BaseStacks) {
+TEMPLATE_LIST_TEST_CASE("resource conformance on SimDriver", "[conformance]", AllStacks<SimDriver>) {
   SimDriver sim{SimConfig{}};
   conformance_suite<TestType>(sim);
 }
 
 TEMPLATE_LIST_TEST_CASE("a driver failure is returned, named, and changes no accounting",
-                        "[conformance]", BaseStacks) {
+                        "[conformance]", AllStacks<SimDriver>) {
   SimDriver sim{SimConfig{}};
   Rig<TestType> rig(sim);
   auto& r = *rig.stack;
-  sim.fail_nth(TestType::alloc_call, 1, status::out_of_memory);
+  const auto before = device_budget(0)->in_use;
+  REQUIRE(sim.fail_nth(TestType::alloc_call, 1, status::out_of_memory).has_value());
   auto failed = r.allocate(4096, StreamId{1}, AllocTag::UNTAGGED);
   REQUIRE_FALSE(failed);
   CHECK(failed.error().code() == errc::out_of_memory);
   CHECK(failed.error().driver_status() == status::out_of_memory);
   CHECK(failed.error().message().find(TestType::alloc_call) != std::string::npos);
   CHECK(r.bytes_outstanding() == 0);
+  CHECK(device_budget(0)->in_use == before);
 
   auto b = r.allocate(4096, StreamId{1}, AllocTag::UNTAGGED);
   REQUIRE(b.has_value());
@@ -37,7 +50,7 @@ TEMPLATE_LIST_TEST_CASE("a driver failure is returned, named, and changes no acc
     REQUIRE(r.record_block_use(*b, StreamId{2}).has_value());
     free_call = "cuStreamWaitEvent";
   }
-  sim.fail_nth(free_call, 1, status::unknown);
+  REQUIRE(sim.fail_nth(free_call, 1, status::unknown).has_value());
   auto e = r.deallocate(std::move(*b));
   REQUIRE_FALSE(e);
   CHECK(e.error().code() == errc::driver_error);
@@ -46,4 +59,6 @@ TEMPLATE_LIST_TEST_CASE("a driver failure is returned, named, and changes no acc
   REQUIRE(r.deallocate(std::move(*b)).has_value());
   REQUIRE(r.reap_pending().has_value());
   CHECK(r.bytes_outstanding() == 0);
+  // A caching layer keeps the freed block, and a Budget below it still charges it.
+  if constexpr (!TestType::caches) CHECK(device_budget(0)->in_use == before);
 }

@@ -99,7 +99,7 @@ struct StackBuilder {
 /// the table is an inline variable template, which the toolchain emits
 /// as one (vague-linkage, STB_GNU_UNIQUE) object per process as long as the libraries
 /// export it, as they do by default. A library built with -fvisibility=hidden gets its
-/// own table, hence its own runtime per ordinal (test/resource/two_lib_main.cpp shows both).
+/// own table, hence its own runtime per ordinal (test/runtime/two_lib_main.cpp shows both).
 ///
 /// The driver, D, is the stack's own driver_type. A stack chosen at run time,
 /// `DeviceRuntime<AnyResource>`, runs on the real driver unless D names another

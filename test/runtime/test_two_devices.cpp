@@ -28,8 +28,8 @@
 #include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
-#include "conformance.hpp"
-#include "stacks.hpp"
+#include "../resource/conformance.hpp"
+#include "../resource/stack_registry.hpp"
 
 using namespace xlogrt;
 using namespace xlogrt::testing;
@@ -48,41 +48,8 @@ std::string describe(const std::vector<SimHazard>& hs) {
   return s;
 }
 
-/// DebugGuard over AsyncCuda on SimDriver.
-struct GuardedStack : OverAsync<SimDriver> {
-  using type = DebugGuard<AsyncCuda<SimDriver>>;
-  static constexpr const char* name = "DebugGuard<AsyncCuda>";
-  static result<type> make(const std::shared_ptr<StreamPool<SimDriver>>& s) {
-    auto base = AsyncCuda<SimDriver>::create(s);
-    if (!base) return std::move(base).error();
-    return type(std::move(*base));
-  }
-};
-
-/// Budget right over the base, as the default stack has it.
-struct BudgetStack : OverAsync<SimDriver> {
-  using type = Budget<AsyncCuda<SimDriver>>;
-  static constexpr const char* name = "Budget<AsyncCuda>";
-  static result<type> make(const std::shared_ptr<StreamPool<SimDriver>>& s) {
-    auto base = AsyncCuda<SimDriver>::create(s);
-    if (!base) return std::move(base).error();
-    return type(std::move(*base));
-  }
-};
-
-/// A stack chosen at run time: AnyResource holding the default stack.
-struct AnyStack : OverAsync<SimDriver> {
-  using type = AnyResource;
-  static constexpr const char* name = "AnyResource{DefaultStack}";
-  static result<type> make(const std::shared_ptr<StreamPool<SimDriver>>& s) {
-    auto inner = StackBuilder<DefaultStackOn<SimDriver>>::build(s);
-    if (!inner) return std::move(inner).error();
-    return type(std::move(*inner));
-  }
-};
-
-using ForeignStacks = std::tuple<AsyncStack<SimDriver>, DirectStack<SimDriver>, CachedStack<SimDriver>,
-                                 DefaultStackFactory<SimDriver>, GuardedStack, AnyStack>;
+using ForeignStacks = std::tuple<Entry<AsyncCuda<SimDriver>>, Entry<DirectCuda<SimDriver>>, Entry<Cached<AsyncCuda<SimDriver>>>,
+                                 Entry<DefaultStackOn<SimDriver>>, Entry<DebugGuard<AsyncCuda<SimDriver>>>, Entry<Any<DefaultStackOn<SimDriver>>>>;
 
 /// What a refused call must leave as it was, on one ordinal's stack.
 struct Accounting {
@@ -317,8 +284,8 @@ TEST_CASE("budgets are per ordinal", "[two_devices][budget]") {
   SimDriver sim{SimConfig{}};
   ClearBudgets clear_at_end;
   constexpr std::size_t MiB = std::size_t{1} << 20;
-  Rig<BudgetStack> b0(sim, 0), b1(sim, 1);
-  Rig<DefaultStackFactory<SimDriver>> d0(sim, 0), d1(sim, 1);
+  Rig<Entry<Budget<AsyncCuda<SimDriver>>>> b0(sim, 0), b1(sim, 1);
+  Rig<Entry<DefaultStackOn<SimDriver>>> d0(sim, 0), d1(sim, 1);
   // What other tests' runtimes still hold (a cache's blocks stay charged) is in use.
   const BudgetUsage start0 = *device_budget(0), start1 = *device_budget(1);
   const std::size_t limit0 = start0.in_use + 2 * MiB, limit1 = start1.in_use + 20 * MiB;
@@ -376,7 +343,7 @@ TEST_CASE("budgets are per ordinal", "[two_devices][budget]") {
 
 TEST_CASE("the hazard checker across devices", "[two_devices][hazard]") {
   SimDriver sim{SimConfig{.executor = SimExecutor::manual}};
-  Rig<AsyncStack<SimDriver>> r0(sim, 0), r1(sim, 1);
+  Rig<Entry<AsyncCuda<SimDriver>>> r0(sim, 0), r1(sim, 1);
   AsyncCuda<SimDriver>& a0 = *r0.stack;
   const auto dev0 = r0.streams->device(), dev1 = r1.streams->device();
   const SimDriver::stream_t s0 = *r0.streams->get(StreamId{0});  // the block's alloc stream

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUfunction form of launch() (memory/launch_kernel.hpp) on CudaDriver, against the
-// working fake libcuda of test/cuda (XLOGRT_LIBCUDA names it; meson.build sets it), so
+// working fake libcuda of test/driver (XLOGRT_LIBCUDA names it; meson.build sets it), so
 // it runs without a GPU: which runtimes have it, argument checks made before anything is
 // enqueued, cuLaunchKernel's status mapped to an error, and the launch placed between
 // prepare's wait and finish's record, so that the free waits for the kernel.
@@ -17,7 +17,7 @@
 #include <cstring>
 #include <string>
 
-#include "../cuda/fakecuda.hpp"
+#include "../driver/fakecuda.hpp"
 #include "xlogrt/memory/launch_kernel.hpp"
 #include "xlogrt/sim/sim_driver.hpp"
 #include "xlogrt/runtime.hpp"
@@ -49,7 +49,7 @@ constexpr StreamId B{1};
 FakeCudaState& fake() {
   static FakeCudaState* s = [] {
     const char* path = std::getenv("XLOGRT_LIBCUDA");
-    INFO("XLOGRT_LIBCUDA must name test/cuda's fake libcuda (meson.build sets it)");
+    INFO("XLOGRT_LIBCUDA must name test/driver's fake libcuda (meson.build sets it)");
     REQUIRE(path != nullptr);
     void* lib = ::dlopen(path, RTLD_NOW | RTLD_NOLOAD);  // loaded by CudaDriver::open
     REQUIRE(lib != nullptr);

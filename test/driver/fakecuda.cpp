@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// A fake libcuda, built as several shared libraries (test/cuda/meson.build) that differ
+// A fake libcuda, built as several shared libraries (test/driver/meson.build) that differ
 // by the macros below, so that CudaDriver's run-time loading is tested without a GPU:
 //   FAKECUDA_VERSION=n            what cuDriverGetVersion reports (default 12080)
 //   FAKECUDA_INIT_STATUS=n        what cuInit returns (default 0)

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// The decorators on SimDriver-backed stacks: the resource conformance suite for every
-// decorated stack, DebugGuard catching a simulated kernel's out-of-bounds write, and
+// The decorators on SimDriver-backed stacks (the conformance suite runs every stack of
+// the registry in test_conformance_sim.cpp): AnyResource refusing tracking over a
+// non-tracking stack, DebugGuard catching a simulated kernel's out-of-bounds write, and
 // Budget exact over AsyncCuda under threads.
 
-#include "../resource/conformance.hpp"
-#include "decorated_stacks.hpp"
+#include "conformance.hpp"
+#include "stack_registry.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -19,45 +20,9 @@
 using namespace xlogrt;
 using namespace xlogrt::testing;
 
-using DecoratedStacks =
-    std::tuple<BudgetAsync<SimDriver>, BudgetDirect<SimDriver>, StatisticsAsync<SimDriver>,
-               LoggingAsync<SimDriver>, LiveBlocksAsync<SimDriver>, DebugGuardAsync<SimDriver>, FullAsync<SimDriver>, AnyAsync<SimDriver>>;
-
-TEMPLATE_LIST_TEST_CASE("decorated stacks honour the resource contract on SimDriver", "[sim][conformance]",
-                        DecoratedStacks) {
-  SimDriver sim{SimConfig{}};
-  conformance_suite<TestType>(sim);
-}
-
-TEMPLATE_LIST_TEST_CASE("a driver failure below a decorator is returned and changes no accounting",
-                        "[sim][conformance]", DecoratedStacks) {
-  SimDriver sim{SimConfig{}};
-  Rig<TestType> rig(sim);
-  auto& r = *rig.stack;
-  const auto before = device_budget(0)->in_use;
-  REQUIRE(sim.fail_nth(TestType::alloc_call, 1, status::out_of_memory).has_value());
-  auto failed = r.allocate(4096, StreamId{1}, AllocTag::UNTAGGED);
-  REQUIRE_FALSE(failed);
-  CHECK(failed.error().code() == errc::out_of_memory);
-  CHECK(r.bytes_outstanding() == 0);
-  CHECK(device_budget(0)->in_use == before);
-
-  auto b = r.allocate(4096, StreamId{1}, AllocTag::UNTAGGED);
-  REQUIRE(b.has_value());
-  REQUIRE(sim.fail_nth(TestType::free_call, 1, status::unknown).has_value());
-  auto e = r.deallocate(std::move(*b));
-  REQUIRE_FALSE(e);
-  CHECK(e.error().code() == errc::driver_error);
-  CHECK_FALSE(b->empty());
-  REQUIRE(r.deallocate(std::move(*b)).has_value());
-  REQUIRE(r.reap_pending().has_value());
-  CHECK(r.bytes_outstanding() == 0);
-  CHECK(device_budget(0)->in_use == before);
-}
-
 TEST_CASE("AnyResource over DirectCuda refuses tracking with stream_misuse", "[sim][any_resource]") {
   SimDriver sim{SimConfig{}};
-  Rig<AnyDirect<SimDriver>> rig(sim);
+  Rig<Entry<Any<DirectCuda<SimDriver>>>> rig(sim);
   auto& any = *rig.stack;
   CHECK_FALSE(any.tracks_block_uses());
   auto b = any.allocate(256, StreamId{0}, AllocTag{});
@@ -72,7 +37,7 @@ TEST_CASE("AnyResource over DirectCuda refuses tracking with stream_misuse", "[s
 TEST_CASE("DebugGuard on SimDriver: a kernel writing past the end on another stream is caught",
           "[sim][debug_guard]") {
   SimDriver sim{SimConfig{}};
-  Rig<DebugGuardAsync<SimDriver>> rig(sim);
+  Rig<Entry<DebugGuard<AsyncCuda<SimDriver>>>> rig(sim);
   auto& g = *rig.stack;
   auto s1 = rig.streams->get(StreamId{1});
   REQUIRE(s1.has_value());
@@ -115,7 +80,7 @@ TEST_CASE("Budget over AsyncCuda on SimDriver: 8 threads never make the device h
   constexpr std::uint32_t ordinal = 1;  // the process-wide budget of ordinal 1 is this test's
   constexpr std::size_t limit = 256 * 1024;
   SimDriver sim{SimConfig{}};
-  Rig<BudgetAsync<SimDriver>> rig(sim, ordinal);
+  Rig<Entry<Budget<AsyncCuda<SimDriver>>>> rig(sim, ordinal);
   auto& b = *rig.stack;
   REQUIRE(set_device_budget(ordinal, limit).has_value());
   auto dev = sim.device_get(static_cast<int>(ordinal));

@@ -23,8 +23,8 @@
 
 #include <xlogrt/runtime.hpp>
 
-#include "conformance.hpp"
-#include "stacks.hpp"
+#include "../resource/conformance.hpp"
+#include "../resource/stack_registry.hpp"
 
 using namespace xlogrt;
 using namespace xlogrt::testing;
@@ -33,19 +33,8 @@ namespace {
 
 CudaDriver* gpu = nullptr;
 
-/// DebugGuard over AsyncCuda.
-struct GuardedStack : OverAsync<CudaDriver> {
-  using type = DebugGuard<AsyncCuda<CudaDriver>>;
-  static constexpr const char* name = "DebugGuard<AsyncCuda>";
-  static result<type> make(const std::shared_ptr<StreamPool<CudaDriver>>& s) {
-    auto base = AsyncCuda<CudaDriver>::create(s);
-    if (!base) return std::move(base).error();
-    return type(std::move(*base));
-  }
-};
-
-using GpuStacks = std::tuple<AsyncStack<CudaDriver>, DirectStack<CudaDriver>, CachedStack<CudaDriver>,
-                             DefaultStackFactory<CudaDriver>, GuardedStack>;
+using GpuStacks = std::tuple<Entry<AsyncCuda<CudaDriver>>, Entry<DirectCuda<CudaDriver>>, Entry<Cached<AsyncCuda<CudaDriver>>>,
+                             Entry<DefaultStackOn<CudaDriver>>, Entry<DebugGuard<AsyncCuda<CudaDriver>>>>;
 
 void expect_foreign(const result<void>& r, const char* what) {
   INFO(what);
@@ -143,20 +132,9 @@ TEMPLATE_LIST_TEST_CASE("a block of GPU 0 is foreign to GPU 1's stack", "[gpu2][
   CHECK(s1.bytes_outstanding() == start1);
 }
 
-/// Budget right over the base.
-struct BudgetStack : OverAsync<CudaDriver> {
-  using type = Budget<AsyncCuda<CudaDriver>>;
-  static constexpr const char* name = "Budget<AsyncCuda>";
-  static result<type> make(const std::shared_ptr<StreamPool<CudaDriver>>& s) {
-    auto base = AsyncCuda<CudaDriver>::create(s);
-    if (!base) return std::move(base).error();
-    return type(std::move(*base));
-  }
-};
-
 TEST_CASE("budgets are per GPU", "[gpu2][budget]") {
   constexpr std::size_t MiB = std::size_t{1} << 20;
-  Rig<BudgetStack> r0(*gpu, 0), r1(*gpu, 1);
+  Rig<Entry<Budget<AsyncCuda<CudaDriver>>>> r0(*gpu, 0), r1(*gpu, 1);
   const BudgetUsage start0 = *device_budget(0), start1 = *device_budget(1);
   REQUIRE(set_device_budget(0, start0.in_use + 2 * MiB).has_value());
   CHECK(device_budget(1)->limit == start1.limit);

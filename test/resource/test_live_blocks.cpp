@@ -20,8 +20,8 @@
 #include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/resource/live_blocks.hpp>
 
-#include "../resource/conformance.hpp"
-#include "decorated_stacks.hpp"
+#include "conformance.hpp"
+#include "stack_registry.hpp"
 #include "spies.hpp"
 
 using namespace xlogrt;
@@ -232,7 +232,7 @@ TEST_CASE("live blocks: exact under 8 threads allocating and freeing at once", "
 TEST_CASE("live blocks on SimDriver: when the device runs out, the snapshot has what is live and the failure",
           "[sim][live_blocks]") {
   SimDriver sim{SimConfig{.devices = 1, .memory_bytes = std::size_t{1} << 20}};
-  Rig<LiveBlocksAsync<SimDriver>> rig(sim);
+  Rig<Entry<LiveBlocks<AsyncCuda<SimDriver>>>> rig(sim);
   auto& lb = *rig.stack;
   std::vector<DeviceBlock> held;
   std::size_t bytes = 0;
