@@ -23,6 +23,7 @@
 
 #include <xlogrt/runtime.hpp>
 
+#include "../gpu_main.hpp"
 #include "../resource/conformance.hpp"
 #include "../resource/stack_registry.hpp"
 
@@ -155,17 +156,4 @@ TEST_CASE("budgets are per GPU", "[gpu2][budget]") {
   CHECK(device_budget(1)->in_use == start1.in_use);
 }
 
-int main(int argc, char** argv) {
-  auto d = CudaDriver::open();
-  if (!d) {
-    std::printf("%s\n", d.error().what().c_str());
-    const errc c = d.error().code();
-    if (c == errc::no_driver || c == errc::no_device) return std::printf("SKIP: no CUDA driver or device\n"), 77;
-    return 1;
-  }
-  auto n = (*d)->device_count();
-  if (!n) return std::printf("%s\n", n.error().what().c_str()), 1;
-  if (*n < 2) return std::printf("SKIP: %d CUDA device(s); this test needs two\n", *n), 77;
-  gpu = *d;
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return testing::run_gpu_tests(argc, argv, gpu, 2); }
