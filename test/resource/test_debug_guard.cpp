@@ -336,6 +336,31 @@ TEST_CASE("bug 7: an allocate whose undo fails keeps the upstream block and free
   rig.no_hazards();
 }
 
+TEST_CASE("an undone allocate's guard bytes leave bytes_outstanding as a freed block's do", "[sim][debug_guard]") {
+  SimDriver sim{manual_sim};
+  AsyncGuard rig(sim, DebugGuardOptions{.guard_bytes = 256});
+  auto& g = *rig.g;
+  // A user's free before the reap: the upstream still counts the queued free, guards
+  // included; DebugGuard counts what the user had, 1024 bytes.
+  auto b = g.allocate(1024, StreamId{1}, AllocTag{2});
+  REQUIRE(b.has_value());
+  REQUIRE(g.deallocate(std::move(*b)).has_value());
+  CHECK(g.upstream().bytes_outstanding() == 1024 + 2 * 256);
+  CHECK(g.bytes_outstanding() == 1024);
+  REQUIRE(g.reap_pending().has_value());
+  CHECK(g.bytes_outstanding() == 0);
+  // The same block undone by a failed guard write: the same figures.
+  REQUIRE(sim.fail_nth("cuMemsetD8Async", 1, status::unknown).has_value());
+  auto a = g.allocate(1024, StreamId{1}, AllocTag{2});
+  REQUIRE_FALSE(a);
+  CHECK(g.upstream().bytes_outstanding() == 1024 + 2 * 256);
+  CHECK(g.bytes_outstanding() == 1024);
+  REQUIRE(g.reap_pending().has_value());
+  CHECK(g.bytes_outstanding() == 0);
+  CHECK(g.upstream().bytes_outstanding() == 0);
+  rig.no_hazards();
+}
+
 TEST_CASE("bug 8: guard sizes that overflow or break alignment are refused by create and clamped by the constructor",
           "[sim][debug_guard]") {
   SimDriver sim{manual_sim};

@@ -145,7 +145,13 @@ class DebugGuard : public Adaptor<Upstream> {
     if (!u) return u;
     auto undo = [&](error e) -> result<DeviceBlock> {
       auto f = upstream().deallocate(std::move(*u));
-      if (f || u->empty()) return e;
+      if (f || u->empty()) {
+        // The guards' bytes are the upstream's until its free is reaped, as after a
+        // user's free: they leave bytes_outstanding with it.
+        overhead_->held.fetch_add(2 * g, std::memory_order_relaxed);
+        overhead_->freed(2 * g, SynchronousFree<Upstream>);
+        return e;
+      }
       const bool kept = keep_unfreed(std::move(*u));
       return error{e.code(),
                    e.message() + "; giving the upstream block back failed too (" + f.error().what() +
