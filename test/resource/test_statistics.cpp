@@ -117,6 +117,9 @@ TEST_CASE("statistics are exact under 8 threads, and every snapshot is consisten
   std::vector<std::thread> threads;
   for (int t = 0; t < THREADS; ++t) {
     threads.emplace_back([&, t] {
+      // The reader is running before the work starts (on a loaded machine it may
+      // otherwise be scheduled only after the work is done).
+      while (snapshots.load() == 0) std::this_thread::yield();
       std::vector<DeviceBlock> mine;
       for (int i = 0; i < ROUNDS; ++i) {
         auto b = s.allocate(static_cast<std::size_t>(t + 1), StreamId{0}, AllocTag{static_cast<std::uint32_t>(t % 4)});
