@@ -146,10 +146,12 @@ class DebugGuard : public Adaptor<Upstream> {
     auto undo = [&](error e) -> result<DeviceBlock> {
       auto f = upstream().deallocate(std::move(*u));
       if (f || u->empty()) {
-        // The guards' bytes are the upstream's until its free is reaped, as after a
-        // user's free: they leave bytes_outstanding with it.
-        overhead_->held.fetch_add(2 * g, std::memory_order_relaxed);
-        overhead_->freed(2 * g, SynchronousFree<Upstream>);
+        // A queued free's guard bytes leave bytes_outstanding until its reap, as after a
+        // user's free (a synchronous free leaves nothing to count).
+        if constexpr (!SynchronousFree<Upstream>) {
+          overhead_->held.fetch_add(2 * g, std::memory_order_relaxed);
+          overhead_->pending.fetch_add(2 * g, std::memory_order_release);
+        }
         return e;
       }
       const bool kept = keep_unfreed(std::move(*u));
