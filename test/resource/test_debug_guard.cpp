@@ -336,28 +336,55 @@ TEST_CASE("bug 7: an allocate whose undo fails keeps the upstream block and free
   rig.no_hazards();
 }
 
-TEST_CASE("an undone allocate's guard bytes leave bytes_outstanding as a freed block's do", "[sim][debug_guard]") {
+TEST_CASE("a queued free counts its whole upstream block until reaped, after a user's free or an undone allocate",
+          "[sim][debug_guard]") {
   SimDriver sim{manual_sim};
   AsyncGuard rig(sim, DebugGuardOptions{.guard_bytes = 256});
   auto& g = *rig.g;
-  // A user's free before the reap: the upstream still counts the queued free, guards
-  // included; DebugGuard counts what the user had, 1024 bytes.
   auto b = g.allocate(1024, StreamId{1}, AllocTag{2});
   REQUIRE(b.has_value());
+  CHECK(g.bytes_outstanding() == 1024);  // a live block's guards are not the caller's
   REQUIRE(g.deallocate(std::move(*b)).has_value());
   CHECK(g.upstream().bytes_outstanding() == 1024 + 2 * 256);
-  CHECK(g.bytes_outstanding() == 1024);
+  CHECK(g.bytes_outstanding() == 1024 + 2 * 256);
   REQUIRE(g.reap_pending().has_value());
   CHECK(g.bytes_outstanding() == 0);
   // The same block undone by a failed guard write: the same figures.
   REQUIRE(sim.fail_nth("cuMemsetD8Async", 1, status::unknown).has_value());
   auto a = g.allocate(1024, StreamId{1}, AllocTag{2});
   REQUIRE_FALSE(a);
-  CHECK(g.upstream().bytes_outstanding() == 1024 + 2 * 256);
-  CHECK(g.bytes_outstanding() == 1024);
+  CHECK(g.bytes_outstanding() == 1024 + 2 * 256);
   REQUIRE(g.reap_pending().has_value());
   CHECK(g.bytes_outstanding() == 0);
   CHECK(g.upstream().bytes_outstanding() == 0);
+  rig.no_hazards();
+}
+
+TEST_CASE("a reap that fails part way leaves bytes_outstanding at least what the caller holds",
+          "[sim][debug_guard]") {
+  SimDriver sim{manual_sim};
+  AsyncGuard rig(sim, DebugGuardOptions{.guard_bytes = 256});
+  auto& g = *rig.g;
+  // Frees queued on streams 0 and 1; the reap synchronises stream 0, then fails on 1.
+  // The free reaped on stream 0 has more guard bytes than the one left on stream 1 has
+  // bytes, so settling its guards only at a reap that succeeds would count less than
+  // the caller holds.
+  auto kept = g.allocate(4096, StreamId{0}, AllocTag{1});
+  auto f0 = g.allocate(1024, StreamId{0}, AllocTag{1});
+  auto f1 = g.allocate(8, StreamId{1}, AllocTag{1});
+  REQUIRE((kept && f0 && f1));
+  REQUIRE(g.deallocate(std::move(*f0)).has_value());
+  REQUIRE(g.deallocate(std::move(*f1)).has_value());
+  REQUIRE(sim.fail_nth("cuStreamSynchronize", 2, status::unknown).has_value());
+  REQUIRE_FALSE(g.reap_pending());
+  CHECK(g.bytes_outstanding() >= 4096);
+  CHECK(g.bytes_outstanding() <= 4096 + (1024 + 2 * 256) + (8 + 2 * 256));  // at most every queued free
+  sim.clear_failures();
+  REQUIRE(g.reap_pending().has_value());
+  CHECK(g.bytes_outstanding() == 4096);
+  REQUIRE(g.deallocate(std::move(*kept)).has_value());
+  REQUIRE(g.reap_pending().has_value());
+  CHECK(g.bytes_outstanding() == 0);
   rig.no_hazards();
 }
 

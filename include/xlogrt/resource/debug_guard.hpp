@@ -76,9 +76,10 @@ struct DebugGuardOptions {
 /// finish_block_use pass through unchanged; a block DebugGuard does not know (a double
 /// free, a block of another resource: its id, pointer, size, stream, ordinal and tag are
 /// all compared) goes to the upstream untouched, which names the error.
-/// bytes_outstanding() is the upstream's less the guard bytes, so it counts what
-/// callers asked for, as the contract says (exact whenever no call is in flight; a free
-/// queued by an asynchronous upstream counts, guards excluded, until reap_pending).
+/// bytes_outstanding() is the upstream's less the guard bytes of live blocks, so it counts
+/// what callers asked for, as the contract says (exact whenever no call is in flight). A
+/// free queued by an asynchronous upstream counts its whole upstream block, guards
+/// included, until reap_pending sees it complete: those bytes are still the upstream's.
 ///
 /// Driver failures lose nothing:
 /// - If the upstream refuses the free after the check (a driver error), the block stays
@@ -145,15 +146,7 @@ class DebugGuard : public Adaptor<Upstream> {
     if (!u) return u;
     auto undo = [&](error e) -> result<DeviceBlock> {
       auto f = upstream().deallocate(std::move(*u));
-      if (f || u->empty()) {
-        // A queued free's guard bytes leave bytes_outstanding until its reap, as after a
-        // user's free (a synchronous free leaves nothing to count).
-        if constexpr (!SynchronousFree<Upstream>) {
-          overhead_->held.fetch_add(2 * g, std::memory_order_relaxed);
-          overhead_->pending.fetch_add(2 * g, std::memory_order_release);
-        }
-        return e;
-      }
+      if (f || u->empty()) return e;  // a queued free counts, guards included, until reaped
       const bool kept = keep_unfreed(std::move(*u));
       return error{e.code(),
                    e.message() + "; giving the upstream block back failed too (" + f.error().what() +
@@ -174,7 +167,7 @@ class DebugGuard : public Adaptor<Upstream> {
     if (!table_->insert(out)) {
       return undo(error{errc::out_of_memory, "host memory exhausted recording a guarded block"});
     }
-    overhead_->held.fetch_add(2 * g, std::memory_order_release);
+    guards_held_->fetch_add(2 * g, std::memory_order_release);
     DeviceBlock forgotten = std::move(*u);  // rebuilt from `out` at free
     return out;
   }
@@ -224,37 +217,29 @@ class DebugGuard : public Adaptor<Upstream> {
     if (auto r = upstream().deallocate(std::move(u)); !r) {
       if (!u.empty()) return refused(b, *h, std::move(r).error());
       table_->erase(b);
-      overhead_->freed(2 * g, SynchronousFree<Upstream>);
+      guards_held_->fetch_sub(2 * g, std::memory_order_release);
       DeviceBlock gone = std::move(b);
       if (!verdict->empty()) return error{errc::guard_corrupted, std::move(*verdict) + "; then " + r.error().what()};
       return r;
     }
     table_->erase(b);
-    overhead_->freed(2 * g, SynchronousFree<Upstream>);
+    guards_held_->fetch_sub(2 * g, std::memory_order_release);
     DeviceBlock gone = std::move(b);
     if (!verdict->empty()) return error{errc::guard_corrupted, std::move(*verdict)};
     return ok();
   }
 
   std::size_t bytes_outstanding() const noexcept {
-    const std::size_t extra = overhead_->held.load(std::memory_order_acquire);
+    const std::size_t extra = guards_held_->load(std::memory_order_acquire);
     const std::size_t all = upstream().bytes_outstanding();
     return all > extra ? all - extra : 0;
   }
   /// Frees again the upstream blocks a failed allocate kept, releases the host buffers of
-  /// failed checks whose stream now synchronises, and reaps the upstream; the guard bytes
-  /// of the frees it has seen complete stop counting.
+  /// failed checks whose stream now synchronises, and reaps the upstream.
   result<void> reap_pending() noexcept {
     free_unfreed();
     release_parked(std::nullopt);
-    const std::size_t taken = overhead_->pending.exchange(0, std::memory_order_acquire);
-    auto r = upstream().reap_pending();
-    if (!r) {
-      if (taken != 0) overhead_->pending.fetch_add(taken, std::memory_order_relaxed);
-      return r;
-    }
-    overhead_->held.fetch_sub(taken, std::memory_order_release);
-    return ok();
+    return upstream().reap_pending();
   }
 
   const DebugGuardOptions& options() const noexcept { return opt_; }
@@ -540,20 +525,6 @@ class DebugGuard : public Adaptor<Upstream> {
     sp.unfreed_count.store(sp.unfreed.size(), std::memory_order_release);
   }
 
-  /// Guard bytes the upstream counts in its bytes_outstanding: those of live blocks and
-  /// of frees not yet reaped (taken at reap exactly as Budget takes its pending credit).
-  struct Overhead {
-    std::atomic<std::size_t> held{0};
-    std::atomic<std::size_t> pending{0};
-    void freed(std::size_t n, bool synchronous) noexcept {
-      if (synchronous) {
-        held.fetch_sub(n, std::memory_order_release);
-      } else {
-        pending.fetch_add(n, std::memory_order_release);
-      }
-    }
-  };
-
   /// What driver failures left behind: host buffers queued copies may still write, and
   /// upstream blocks a failed allocate could not give back. Both are rare; the counts let
   /// the common path skip the lock.
@@ -574,7 +545,10 @@ class DebugGuard : public Adaptor<Upstream> {
 
   DebugGuardOptions opt_;
   std::unique_ptr<Table> table_;
-  std::unique_ptr<Overhead> overhead_ = std::make_unique<Overhead>();
+  /// Guard bytes of live blocks, which the upstream counts and the caller did not ask for.
+  /// A freed block's leave at its free: the upstream block still counts whole until the
+  /// upstream reaps it, so no reap (not even one that fails part way) has any to settle.
+  std::unique_ptr<std::atomic<std::size_t>> guards_held_ = std::make_unique<std::atomic<std::size_t>>(0);
   std::unique_ptr<Spill> spill_ = std::make_unique<Spill>();
 };
 
