@@ -20,6 +20,7 @@
 
 #include <xlogrt/interop/pointer_resource.hpp>
 #include <xlogrt/resource/find_layer.hpp>
+#include <xlogrt/resource/nvtx_marks.hpp>  // XLOGRT_CACHE=nvtx works under torch too
 #include <xlogrt/runtime.hpp>
 
 namespace {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include <xlogrt/memory/launch.hpp>
+#include <xlogrt/resource/nvtx_marks.hpp>
 #include <xlogrt/runtime.hpp>
 
 #include "uaf_kernels.hpp"

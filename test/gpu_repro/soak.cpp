@@ -78,6 +78,7 @@
 #include <vector>
 
 #include <xlogrt/reactor/reactor.hpp>
+#include <xlogrt/resource/nvtx_marks.hpp>
 #include <xlogrt/runtime.hpp>
 
 #include "soak_kernels.hpp"

@@ -4,7 +4,7 @@
 // is complete (the pattern of RMM #2490, and a broken layer that the hazard checker
 // catches); budget and driver pressure trim and retry; exited threads' caches are
 // swept; randomized multi-thread, multi-stream programs end with no hazard and exact
-// accounting.
+// accounting; the NVTX marks follow every block in and out of the cache.
 
 #include <catch2/catch.hpp>
 
@@ -17,7 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include <cstdlib>
+#include <string>
+
 #include <xlogrt/sim/sim_driver.hpp>
+#include <xlogrt/resource/nvtx_marks.hpp>
 #include <xlogrt/runtime.hpp>
 
 using namespace xlogrt;
@@ -605,4 +609,96 @@ TEST_CASE("a cached block rebuilt under another tag is refused, and the counts a
   REQUIRE(r.reap_pending().has_value());
   CHECK(r.bytes_outstanding() == 0);
   CHECK(sim.hazards().empty());
+}
+
+namespace {
+
+/// Puts `api` in place of the installed NVTX table for one test, and the old one back.
+struct NvtxApiSwap {
+  explicit NvtxApiSwap(const detail::NvtxMemApi* api) : old(detail::nvtx_mem_api.exchange(api)) {}
+  ~NvtxApiSwap() { detail::nvtx_mem_api.store(old); }
+  const detail::NvtxMemApi* old;
+};
+
+/// What a spy table was told, one line per call.
+std::mutex g_spy_mu;
+std::vector<std::string> g_spy;
+void spy(std::string line) {
+  std::lock_guard lock(g_spy_mu);
+  g_spy.push_back(std::move(line));
+}
+int g_domain = 0;
+int g_heap = 0;
+const detail::NvtxMemApi spy_api{
+    [](const char* name) noexcept -> void* { spy(std::string("domain ") + name); return &g_domain; },
+    [](void* d, std::uint64_t, std::size_t bytes) noexcept -> void* {
+      spy("heap " + std::to_string(bytes) + (d == &g_domain ? "" : " (wrong domain)"));
+      return &g_heap;
+    },
+    [](void*, void* h) noexcept { spy(h == &g_heap ? "unheap" : "unheap (wrong heap)"); },
+    [](void*, void* h, std::uint64_t, std::size_t bytes) noexcept {
+      spy("region " + std::to_string(bytes) + (h == &g_heap ? "" : " (wrong heap)"));
+    },
+    [](void*, std::uint64_t) noexcept { spy("unregion"); },
+};
+
+}  // namespace
+
+TEST_CASE("NVTX marks: a block is a heap while the layer holds it, and a region while a user does", "[cached]") {
+  NvtxApiSwap swap(&spy_api);
+  g_spy.clear();
+  Rig<> rig(SimConfig{}, CachedOptions{.nvtx_marks = true});
+  auto& r = *rig.stack;
+  auto b = r.allocate(1000, StreamId{1}, AllocTag{});  // a miss: a fresh block
+  REQUIRE(b.has_value());
+  REQUIRE(r.deallocate(std::move(*b)).has_value());  // cached: no user may touch it
+  b = r.allocate(1024, StreamId{1}, AllocTag{});     // a hit: handed out again
+  REQUIRE(b.has_value());
+  REQUIRE(r.deallocate(std::move(*b)).has_value());
+  CHECK(r.trim() == 1024);  // back to the upstream: the heap goes
+  CHECK(g_spy == std::vector<std::string>{"domain xlogrt", "heap 1024", "region 1024", "unregion", "region 1024",
+                                          "unregion", "unheap"});
+}
+
+TEST_CASE("NVTX marks: refused without the marks in the program, named; the real table marks on SimDriver",
+          "[cached]") {
+  auto make = [](const std::shared_ptr<StreamPool<SimDriver>>& streams, CachedOptions o) {
+    auto base = AsyncCuda<SimDriver>::create(streams);
+    REQUIRE(base.has_value());
+    return CachedOver<>::create(Budget<AsyncCuda<SimDriver>>(std::move(*base)), o);
+  };
+  SimDriver sim;
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  {
+    NvtxApiSwap none(nullptr);
+    auto c = make(*pool, CachedOptions{.nvtx_marks = true});
+    REQUIRE_FALSE(c);
+    CHECK(c.error().code() == errc::invalid_argument);
+    CHECK_THAT(c.error().message(), Catch::Contains("<xlogrt/resource/nvtx_marks.hpp>"));
+    CHECK(make(*pool, CachedOptions{.enabled = false, .nvtx_marks = true}).has_value());  // no cache, no marks
+    // The default stack says which variable asked for them.
+    REQUIRE(::setenv("XLOGRT_CACHE", "nvtx", 1) == 0);
+    auto d = StackBuilder<DefaultStackOn<SimDriver>>::build(*pool);
+    REQUIRE(::unsetenv("XLOGRT_CACHE") == 0);
+    REQUIRE_FALSE(d);
+    CHECK(d.error().code() == errc::invalid_argument);
+    CHECK_THAT(d.error().message(), Catch::StartsWith("XLOGRT_CACHE=nvtx: ") && Catch::Contains("nvtx_marks.hpp"));
+  }
+  // Including the header installed NVTX's own table; with no tool attached its calls do
+  // nothing, and the layer works as without them.
+  REQUIRE(detail::nvtx_mem_api.load() == &detail::nvtx_api);
+  auto c = make(*pool, CachedOptions{.nvtx_marks = true});
+  REQUIRE(c.has_value());
+  auto b = c->allocate(4096, StreamId{0}, AllocTag{});
+  REQUIRE(b.has_value());
+  REQUIRE(c->deallocate(std::move(*b)).has_value());
+  b = c->allocate(4096, StreamId{0}, AllocTag{});
+  REQUIRE(b.has_value());
+  CHECK(c->stats().hits == 1);
+  REQUIRE(c->deallocate(std::move(*b)).has_value());
+  CHECK(c->trim() == 4096);
+  CHECK(c->stats().cached_bytes == 0);
 }

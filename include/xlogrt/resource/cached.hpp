@@ -105,9 +105,10 @@ struct CachedOptions {
   std::uint32_t bin_blocks = detail::MAX_BIN_BLOCKS;
   /// ... and bytes (a bin of larger blocks holds fewer, but always one).
   std::size_t bin_bytes = std::size_t{64} << 20;
-  /// Tell compute-sanitizer which blocks are cached (detail/nvtx_marks.hpp), so that
-  /// memcheck reports a kernel that touches one (XLOGRT_CACHE=nvtx in the default
-  /// stack). Costs a mutex and NVTX calls per allocation: for sanitizer runs.
+  /// Tell compute-sanitizer which blocks are cached, so that memcheck reports a kernel
+  /// that touches one (XLOGRT_CACHE=nvtx in the default stack). Needs
+  /// <xlogrt/resource/nvtx_marks.hpp> in the program. Costs a mutex and NVTX calls per
+  /// allocation: for sanitizer runs.
   bool nvtx_marks = false;
   /// Bytes one thread keeps in all its bins together: a free that would pass it moves
   /// the thread's bins to their streams' depots first.
@@ -157,13 +158,15 @@ class Cached : public Adaptor<Upstream> {
  public:
   using Adaptor<Upstream>::upstream;
 
-  /// Options out of range are clamped (bin_blocks to 1 .. 16, max_block_bytes to 1 TiB);
-  /// create() refuses them instead.
+  /// Options out of range are clamped (bin_blocks to 1 .. 16, max_block_bytes to 1 TiB),
+  /// and nvtx_marks stays off in a program without the NVTX marks; create() refuses
+  /// them instead.
   explicit Cached(Upstream up, CachedOptions options = {})
       : Adaptor<Upstream>(std::move(up)), state_(std::make_unique<State>(options)), ordinal_(upstream().device_ordinal()) {}
 
-  /// Errors: invalid_argument for bin_blocks outside 1 .. 16, bin_bytes of 0, or a
-  /// max_block_bytes above 1 TiB; out_of_memory when host memory runs out.
+  /// Errors: invalid_argument for bin_blocks outside 1 .. 16, bin_bytes of 0, a
+  /// max_block_bytes above 1 TiB, or nvtx_marks in a program that does not include
+  /// <xlogrt/resource/nvtx_marks.hpp>; out_of_memory when host memory runs out.
   static result<Cached> create(Upstream upstream, CachedOptions options = {}) noexcept {
     auto bad = [](const std::string& why) { return error{errc::invalid_argument, "CachedOptions: " + why}; };
     if (options.bin_blocks < 1 || options.bin_blocks > detail::MAX_BIN_BLOCKS) {
@@ -173,6 +176,10 @@ class Cached : public Adaptor<Upstream> {
     if (options.bin_bytes == 0) return bad("bin_bytes is 0");
     if (options.max_block_bytes > MAX_CLASS_BYTES) {
       return bad("max_block_bytes is " + std::to_string(options.max_block_bytes) + ", above 1 TiB");
+    }
+    if (options.enabled && options.nvtx_marks && detail::nvtx_mem_api.load(std::memory_order_acquire) == nullptr) {
+      return bad("nvtx_marks is on, but the program has no NVTX marks: include <xlogrt/resource/nvtx_marks.hpp> "
+                 "in one of its translation units");
     }
     try {
       return Cached(std::move(upstream), options);

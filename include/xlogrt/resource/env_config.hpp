@@ -11,8 +11,9 @@
 //                        logging off.
 //   XLOGRT_CACHE         0 / off / false: the caching layer passes every call straight
 //                        to the driver's pool; nvtx: caching on, its blocks marked for
-//                        compute-sanitizer (see cached.hpp); 1 / on / true, unset or
-//                        empty: caching on.
+//                        compute-sanitizer (in a program that includes
+//                        <xlogrt/resource/nvtx_marks.hpp>; see cached.hpp); 1 / on /
+//                        true, unset or empty: caching on.
 // A malformed value is an invalid_argument error that names the variable and the value;
 // nothing here aborts or throws.
 

@@ -42,8 +42,9 @@ using DefaultStackOn = Statistics<Logging<Cached<Budget<AsyncCuda<D>>>, FileSink
 using DefaultStack = DefaultStackOn<CudaDriver>;
 
 /// Builds the default stack from the environment. Errors: invalid_argument for a
-/// malformed XLOGRT_BUDGET_BYTES or XLOGRT_CACHE, the log file's open error, the base
-/// resource's errors.
+/// malformed XLOGRT_BUDGET_BYTES or XLOGRT_CACHE, or for XLOGRT_CACHE=nvtx in a program
+/// that does not include <xlogrt/resource/nvtx_marks.hpp>; the log file's open error;
+/// the base resource's errors.
 template <Driver D>
 struct StackBuilder<DefaultStackOn<D>> {
   static result<DefaultStackOn<D>> build(const std::shared_ptr<StreamPool<D>>& streams) noexcept {
@@ -63,8 +64,12 @@ struct StackBuilder<DefaultStackOn<D>> {
     cache.enabled = env->cache;
     cache.nvtx_marks = env->cache_nvtx;
     using Base = Cached<Budget<AsyncCuda<D>>>;
-    return DefaultStackOn<D>(Logging<Base, FileSink>(Base(Budget<AsyncCuda<D>>(std::move(*base), budget), cache),
-                                                     std::move(sink)));
+    auto cached = Base::create(Budget<AsyncCuda<D>>(std::move(*base), budget), cache);
+    if (!cached && env->cache_nvtx && cached.error().code() == errc::invalid_argument) {
+      return error{errc::invalid_argument, "XLOGRT_CACHE=nvtx: " + cached.error().message()};
+    }
+    if (!cached) return std::move(cached).error();
+    return DefaultStackOn<D>(Logging<Base, FileSink>(std::move(*cached), std::move(sink)));
   }
 };
 

@@ -2,7 +2,7 @@
 #pragma once
 
 // NvtxMarks: what the caching layer tells compute-sanitizer about its blocks, through
-// the NVTX memory API (nvtx3/nvToolsExtMem.h, header-only, in the CUDA Toolkit).
+// the NVTX memory API.
 //
 // A cached block is memory the device still holds for the process, so memcheck would
 // let a kernel read it. With the marks on, each block the layer takes from its upstream
@@ -11,46 +11,61 @@
 // cache (the heap without a region), as it reports an access to freed memory. The heap
 // is unregistered before the block goes back to the upstream.
 //
+// The NVTX calls go through a table of five functions (NvtxMemApi) that
+// <xlogrt/resource/nvtx_marks.hpp> installs when a program includes it. NVTX's headers
+// compile its whole implementation into every translation unit that includes them,
+// which would make every user of the caching layer pay for a tool only sanitizer runs
+// use; so the layer's own headers do not include them, and a program that wants the
+// marks includes that header once.
+//
 // Off (the default) it does nothing. On, each call is a host call that NVTX makes a no-op
 // when no tool is attached; the heap handles are kept in a map under a mutex, which is
 // why it is an option for sanitizer runs and not the default.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
 
-#include <nvtx3/nvToolsExtMem.h>
-
 namespace xlogrt::detail {
+
+/// The NVTX memory calls the marks make. Handles are NVTX's, passed through untouched.
+struct NvtxMemApi {
+  void* (*create_domain)(const char* name) noexcept;
+  /// A heap of one virtual range; null when NVTX gave none.
+  void* (*register_heap)(void* domain, std::uint64_t ptr, std::size_t bytes) noexcept;
+  void (*unregister_heap)(void* domain, void* heap) noexcept;
+  /// A region of `heap`, a user's part of the block.
+  void (*register_region)(void* domain, void* heap, std::uint64_t ptr, std::size_t bytes) noexcept;
+  void (*unregister_region)(void* domain, std::uint64_t ptr) noexcept;
+};
+
+/// The table marks made from now on call; null until a program installs one.
+inline std::atomic<const NvtxMemApi*> nvtx_mem_api{nullptr};
 
 /// Thread-safe.
 class NvtxMarks {
  public:
-  explicit NvtxMarks(bool on) noexcept : on_(on) {
-    if (on_) domain_ = nvtxDomainCreateA("xlogrt");
+  /// On only when asked and a table is installed (the caching layer's create() refuses
+  /// the request without one).
+  explicit NvtxMarks(bool on) noexcept : api_(on ? nvtx_mem_api.load(std::memory_order_acquire) : nullptr) {
+    if (api_ != nullptr) domain_ = api_->create_domain("xlogrt");
   }
   NvtxMarks(const NvtxMarks&) = delete;
   NvtxMarks& operator=(const NvtxMarks&) = delete;
 
-  bool on() const noexcept { return on_; }
+  bool on() const noexcept { return api_ != nullptr; }
 
   /// A block the layer took from its upstream and hands to a user.
   void fresh(std::uint64_t ptr, std::size_t bytes) noexcept {
-    nvtxMemVirtualRangeDesc_t range{bytes, as_ptr(ptr)};
-    nvtxMemHeapDesc_t heap{};
-    heap.extCompatID = NVTX_EXT_COMPATID_MEM;
-    heap.structSize = sizeof heap;
-    heap.usage = NVTX_MEM_HEAP_USAGE_TYPE_SUB_ALLOCATOR;
-    heap.type = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
-    heap.typeSpecificDescSize = sizeof range;
-    heap.typeSpecificDesc = &range;
-    nvtxMemHeapHandle_t h = nvtxMemHeapRegister(domain_, &heap);
+    void* h = api_->register_heap(domain_, ptr, bytes);
+    if (h == nullptr) return;
     try {
       std::lock_guard lock(mu_);
       heaps_[ptr] = h;
     } catch (...) {
-      nvtxMemHeapUnregister(domain_, h);  // no heap: the block is not watched, never wrongly
+      api_->unregister_heap(domain_, h);  // no heap: the block is not watched, never wrongly
       return;
     }
     handed(ptr, bytes);
@@ -58,38 +73,19 @@ class NvtxMarks {
 
   /// A cached block handed to a user again.
   void handed(std::uint64_t ptr, std::size_t bytes) noexcept {
-    const nvtxMemHeapHandle_t h = heap_of(ptr);
-    if (h == nullptr) return;
-    nvtxMemVirtualRangeDesc_t range{bytes, as_ptr(ptr)};
-    nvtxMemRegionsRegisterBatch_t batch{};
-    batch.extCompatID = NVTX_EXT_COMPATID_MEM;
-    batch.structSize = sizeof batch;
-    batch.regionType = NVTX_MEM_TYPE_VIRTUAL_ADDRESS;
-    batch.heap = h;
-    batch.regionCount = 1;
-    batch.regionDescElementSize = sizeof range;
-    batch.regionDescElements = &range;
-    nvtxMemRegionsRegister(domain_, &batch);
+    void* h = heap_of(ptr);
+    if (h != nullptr) api_->register_region(domain_, h, ptr, bytes);
   }
 
   /// A block back in the cache: no user may touch it.
   void cached(std::uint64_t ptr) noexcept {
-    if (heap_of(ptr) == nullptr) return;
-    nvtxMemRegionRef_t ref{};
-    ref.pointer = as_ptr(ptr);
-    nvtxMemRegionsUnregisterBatch_t batch{};
-    batch.extCompatID = NVTX_EXT_COMPATID_MEM;
-    batch.structSize = sizeof batch;
-    batch.refType = NVTX_MEM_REGION_REF_TYPE_POINTER;
-    batch.refCount = 1;
-    batch.refElementSize = sizeof ref;
-    batch.refElements = &ref;
-    nvtxMemRegionsUnregister(domain_, &batch);
+    if (heap_of(ptr) != nullptr) api_->unregister_region(domain_, ptr);
   }
 
   /// A cached block about to go back to the upstream.
   void released(std::uint64_t ptr) noexcept {
-    nvtxMemHeapHandle_t h = nullptr;
+    if (api_ == nullptr) return;
+    void* h = nullptr;
     {
       std::lock_guard lock(mu_);
       auto it = heaps_.find(ptr);
@@ -97,21 +93,20 @@ class NvtxMarks {
       h = it->second;
       heaps_.erase(it);
     }
-    nvtxMemHeapUnregister(domain_, h);
+    api_->unregister_heap(domain_, h);
   }
 
  private:
-  static const void* as_ptr(std::uint64_t p) noexcept { return reinterpret_cast<const void*>(static_cast<std::uintptr_t>(p)); }
-  nvtxMemHeapHandle_t heap_of(std::uint64_t ptr) noexcept {
+  void* heap_of(std::uint64_t ptr) noexcept {
     std::lock_guard lock(mu_);
     auto it = heaps_.find(ptr);
     return it == heaps_.end() ? nullptr : it->second;
   }
 
-  bool on_;
-  nvtxDomainHandle_t domain_ = nullptr;
+  const NvtxMemApi* api_;
+  void* domain_ = nullptr;
   std::mutex mu_;
-  std::unordered_map<std::uint64_t, nvtxMemHeapHandle_t> heaps_;
+  std::unordered_map<std::uint64_t, void*> heaps_;
 };
 
 }  // namespace xlogrt::detail
