@@ -670,7 +670,11 @@ class Harness {
     // below and on the device until it frees them; the bounds are exact again once none is.
     std::size_t unfreed = 0;
     if constexpr (guarded) unfreed = find_layer<DebugGuard>(*stack_)->unfreed_blocks();
-    if (unfreed == 0) unfreed_hi_ = unfreed_device_hi_ = 0;
+    if (unfreed == 0) {
+      // Freed at last: over an asynchronous base those frees count until the next reap.
+      if (async_base) pending_hi_ += unfreed_hi_;
+      unfreed_hi_ = unfreed_device_hi_ = 0;
+    }
     std::size_t slack = pending_hi_ + unfreed_hi_;
     if constexpr (cached) slack += cache()->stats().trimmed_bytes - trimmed_seen_;
     const std::size_t bo = stack_->bytes_outstanding();
