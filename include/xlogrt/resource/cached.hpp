@@ -493,7 +493,7 @@ class Cached : public Adaptor<Upstream> {
   /// refused (the block is then lost to the cache, and still live upstream).
   bool give_back(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) noexcept {
     const std::size_t size = detail::class_bytes(c);
-    st.marks.released(e.ptr);
+    if (st.marks.on()) st.marks.released(e.ptr);
     if (!upstream().deallocate(DeviceBlock{e.ptr, size, StreamId{s}, ordinal_, e.tag, e.id})) {
       if (st.marks.on()) {  // still cached: watched again
         st.marks.fresh(e.ptr, size);

@@ -214,19 +214,14 @@ class DebugGuard : public Adaptor<Upstream> {
       table_->give_back(b, guarded);  // not queued: the block is as it was
       return r;
     }
-    if (auto r = upstream().deallocate(std::move(u)); !r) {
-      if (!u.empty()) return refused(b, *h, std::move(r).error());
-      table_->erase(b);
-      guards_held_->fetch_sub(2 * g, std::memory_order_release);
-      DeviceBlock gone = std::move(b);
-      if (!verdict->empty()) return error{errc::guard_corrupted, std::move(*verdict) + "; then " + r.error().what()};
-      return r;
-    }
+    auto r = upstream().deallocate(std::move(u));
+    if (!r && !u.empty()) return refused(b, *h, std::move(r).error());
+    // The upstream took the block (a failed free that consumed it included): it is gone.
     table_->erase(b);
     guards_held_->fetch_sub(2 * g, std::memory_order_release);
     DeviceBlock gone = std::move(b);
-    if (!verdict->empty()) return error{errc::guard_corrupted, std::move(*verdict)};
-    return ok();
+    if (verdict->empty()) return r;
+    return error{errc::guard_corrupted, std::move(*verdict) + (r ? "" : "; then " + r.error().what())};
   }
 
   std::size_t bytes_outstanding() const noexcept {

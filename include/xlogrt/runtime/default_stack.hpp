@@ -65,10 +65,11 @@ struct StackBuilder<DefaultStackOn<D>> {
     cache.nvtx_marks = env->cache_nvtx;
     using Base = Cached<Budget<AsyncCuda<D>>>;
     auto cached = Base::create(Budget<AsyncCuda<D>>(std::move(*base), budget), cache);
-    if (!cached && env->cache_nvtx && cached.error().code() == errc::invalid_argument) {
+    if (!cached) {
+      // With default options the only invalid_argument is nvtx_marks without the marks.
+      if (cached.error().code() != errc::invalid_argument) return std::move(cached).error();
       return error{errc::invalid_argument, "XLOGRT_CACHE=nvtx: " + cached.error().message()};
     }
-    if (!cached) return std::move(cached).error();
     return DefaultStackOn<D>(Logging<Base, FileSink>(std::move(*cached), std::move(sink)));
   }
 };

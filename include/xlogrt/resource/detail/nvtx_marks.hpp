@@ -48,7 +48,7 @@ inline std::atomic<const NvtxMemApi*> nvtx_mem_api{nullptr};
 class NvtxMarks {
  public:
   /// On only when asked and a table is installed (the caching layer's create() refuses
-  /// the request without one).
+  /// the request without one). Callers make the other calls only when on().
   explicit NvtxMarks(bool on) noexcept : api_(on ? nvtx_mem_api.load(std::memory_order_acquire) : nullptr) {
     if (api_ != nullptr) domain_ = api_->create_domain("xlogrt");
   }
@@ -84,7 +84,6 @@ class NvtxMarks {
 
   /// A cached block about to go back to the upstream.
   void released(std::uint64_t ptr) noexcept {
-    if (api_ == nullptr) return;
     void* h = nullptr;
     {
       std::lock_guard lock(mu_);
