@@ -250,6 +250,15 @@ CUresult CUDAAPI fake_cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribu
   return enter("cuMemPoolSetAttribute", 11020, u(pool), u(attr),
                *static_cast<cuuint64_t*>(value));
 }
+// Records the attribute; the value is the attribute's number times 0x1000, so that a
+// test can see each counter land in its own field.
+CUresult CUDAAPI fake_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                                            void* value) {
+  if (CUresult r = enter("cuMemPoolGetAttribute", 11020, u(pool), u(attr)); r != CUDA_SUCCESS)
+    return r;
+  *static_cast<cuuint64_t*>(value) = cuuint64_t{0x1000} * static_cast<cuuint64_t>(attr);
+  return CUDA_SUCCESS;
+}
 CUresult CUDAAPI fake_cuMemAllocFromPoolAsync(CUdeviceptr_v2* p, std::size_t bytes,
                                               CUmemoryPool pool, CUstream s) {
   if (CUresult r = enter("cuMemAllocFromPoolAsync", 11020, bytes, u(pool), u(s));
@@ -419,6 +428,7 @@ const Entry g_entries[] = {
     {"cuEventSynchronize", 2000, as_void(&fake_cuEventSynchronize)},
     {"cuDeviceGetDefaultMemPool", 11020, as_void(&fake_cuDeviceGetDefaultMemPool)},
     {"cuMemPoolSetAttribute", 11020, as_void(&fake_cuMemPoolSetAttribute)},
+    {"cuMemPoolGetAttribute", 11020, as_void(&fake_cuMemPoolGetAttribute)},
     {"cuMemAllocFromPoolAsync", 11020, as_void(&fake_cuMemAllocFromPoolAsync)},
     {"cuMemFreeAsync", 11020, as_void(&fake_cuMemFreeAsync)},
     {"cuMemAlloc", 2000, as_void(&fake_cuMemAlloc_v1)},

@@ -219,6 +219,15 @@ TEST_CASE("pool allocation, memset and copies round trip", "[gpu]") {
   CHECK(*a != 0);
   CHECK(*b != 0);
   CHECK(*a != *b);
+  auto usage = d.mempool_usage(*pool);
+  REQUIRE(usage);
+  CHECK(usage->used >= 2 * n);
+  CHECK(usage->reserved >= usage->used);
+  CHECK(usage->used_high >= usage->used);
+  CHECK(usage->reserved_high >= usage->reserved);
+  checked("mempool_usage with 2 MiB live: reserved " + std::to_string(usage->reserved) + ", used " +
+          std::to_string(usage->used) + ", peaks " + std::to_string(usage->reserved_high) + " / " +
+          std::to_string(usage->used_high));
   auto staging = d.mem_host_alloc_mapped(n);
   REQUIRE(staging);
   auto* h = static_cast<unsigned char*>(*staging);

@@ -183,7 +183,8 @@ TEST_CASE("every entry point is resolved at the version of its ABI, legacy strea
       {"cuEventCreate", 2000},            {"cuEventDestroy", 4000},
       {"cuEventRecord", 2000},            {"cuEventQuery", 2000},
       {"cuEventSynchronize", 2000},       {"cuDeviceGetDefaultMemPool", 11020},
-      {"cuMemPoolSetAttribute", 11020},   {"cuMemAllocFromPoolAsync", 11020},
+      {"cuMemPoolSetAttribute", 11020},   {"cuMemPoolGetAttribute", 11020},
+      {"cuMemAllocFromPoolAsync", 11020},
       {"cuMemFreeAsync", 11020},          {"cuMemAlloc", 3020},
       {"cuMemFree", 3020},                {"cuMemHostAlloc", 2020},
       {"cuMemHostGetDevicePointer", 3020}, {"cuMemFreeHost", 2000},
@@ -383,6 +384,17 @@ TEST_CASE("each member calls its driver entry point once, with the documented ar
   CHECK(st.last_args[0] == reinterpret_cast<std::uintptr_t>(*pool));
   CHECK(st.last_args[1] == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD);
   CHECK(st.last_args[2] == 0x123456789ull);
+  mark();
+  auto usage = d.mempool_usage(*pool);
+  REQUIRE(usage);
+  CHECK(st.calls.load() - before == 4);
+  CHECK(last_symbol() == "cuMemPoolGetAttribute");
+  CHECK(st.last_variant == 11020);
+  CHECK(st.last_args[0] == reinterpret_cast<std::uintptr_t>(*pool));
+  CHECK(usage->reserved == 0x1000ull * CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+  CHECK(usage->reserved_high == 0x1000ull * CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH);
+  CHECK(usage->used == 0x1000ull * CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+  CHECK(usage->used_high == 0x1000ull * CU_MEMPOOL_ATTR_USED_MEM_HIGH);
 
   mark();
   REQUIRE(d.event_destroy(*e));
@@ -508,6 +520,7 @@ TEST_CASE("every member reports a failed call by name, with the driver's status 
       {"cuDeviceGetDefaultMemPool", [&] { return error_of(d.device_default_mempool(0)); }},
       {"cuMemPoolSetAttribute",
        [&] { return error_of(d.mempool_set_release_threshold(pool, 1)); }},
+      {"cuMemPoolGetAttribute", [&] { return error_of(d.mempool_usage(pool)); }},
       {"cuMemAllocFromPoolAsync", [&] { return error_of(d.mem_alloc_async(16, pool, s)); }},
       {"cuMemFreeAsync", [&] { return error_of(d.mem_free_async(1, s)); }},
       {"cuMemAlloc", [&] { return error_of(d.mem_alloc(16)); }},

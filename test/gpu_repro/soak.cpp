@@ -27,8 +27,9 @@
 //
 // Every --sample-seconds it prints a progress line: rounds, allocations per second,
 // wrong results so far, the host's resident memory (/proc/self/statm), the device's used
-// memory (cuMemGetInfo), the caching layer's cached bytes and the stack's outstanding
-// bytes. At the end it checks:
+// memory (cuMemGetInfo), the default pool's reserved and used memory (cuMemPoolGetAttribute),
+// the caching layer's cached bytes and, after a reap, the stack's outstanding bytes. At the
+// end it checks:
 //   - every result right (a wrong one is printed, with its block, the first ten of them);
 //   - after reap_pending, bytes_outstanding() exactly 0 and Statistics' current bytes and
 //     blocks 0 for every tag, its allocation count equal to the soak's own;
@@ -222,7 +223,8 @@ struct Sample {
   std::size_t device_used = 0;
   std::size_t cached = 0;
   std::uint64_t misses = 0;  // the caching layer's allocations from the pool, cumulative
-  std::size_t outstanding = 0;
+  std::size_t outstanding = 0;  // after a reap: the users' blocks and the frees queued since
+  MemPoolUsage pool;            // the device's default pool, which AsyncCuda allocates from
 };
 
 /// What every worker shares: the runtime, the reactor, the mailboxes, the stop flag and
@@ -687,17 +689,22 @@ int main(int argc, char** argv) {
     const CacheStats cs = cache.stats();
     s.cached = cs.cached_bytes;
     s.misses = cs.misses;
+    // A long-running engine reaps now and then; without it bytes_outstanding would count
+    // every free queued since the start.
+    (void)rt.reap_pending();
     s.outstanding = rt.bytes_outstanding();
+    if (auto u = rt.driver().mempool_usage(rt.device()->mempool())) s.pool = *u;
     return s;
   };
   auto print = [&](const Sample& s, const Sample* prev, const char* label) {
     const double dt = prev != nullptr ? s.elapsed - prev->elapsed : s.elapsed;
     const std::uint64_t da = s.totals.allocations - (prev != nullptr ? prev->totals.allocations : 0);
     std::printf("%s t=%7.1f s  rounds %10" PRIu64 "  allocs/s %9.0f  wrong %" PRIu64 "  rss %8.1f MiB  device used "
-                "%9.1f MiB  cached %8.1f MiB (%" PRIu64 " new from the pool)  outstanding %8.1f MiB\n",
+                "%9.1f MiB  pool reserved %9.1f used %9.1f (peak %9.1f) MiB  cached %8.1f MiB (%" PRIu64
+                " new from the pool)  outstanding %8.1f MiB\n",
                 label, s.elapsed, s.totals.rounds, dt > 0 ? static_cast<double>(da) / dt : 0.0, s.totals.wrong,
-                mib(s.rss), mib(s.device_used), mib(s.cached), s.misses - (prev != nullptr ? prev->misses : 0),
-                mib(s.outstanding));
+                mib(s.rss), mib(s.device_used), mib(s.pool.reserved), mib(s.pool.used), mib(s.pool.used_high),
+                mib(s.cached), s.misses - (prev != nullptr ? prev->misses : 0), mib(s.outstanding));
   };
 
   Soak soak(rt, **reactor, o);
@@ -825,12 +832,24 @@ int main(int argc, char** argv) {
                 baseline->elapsed, last_running.elapsed, rss_growth, mib(baseline->rss), mib(last_running.rss),
                 o.max_rss_growth_mib, rss_ok ? "ok" : "GREW", dev_growth, mib(baseline->device_used),
                 mib(last_running.device_used), o.max_device_growth_mib, dev_ok ? "ok" : "GREW");
-    // The caching layer's share of the device's growth: memory it keeps for reuse, which
-    // it gives back under pressure, as against memory nobody accounts for.
-    std::printf("of the device's growth, the caching layer's cached bytes %+.1f MiB (%.1f -> %.1f), the rest %+.1f "
-                "MiB\n",
-                mib_signed(last_running.cached, baseline->cached), mib(baseline->cached), mib(last_running.cached),
-                dev_growth - mib_signed(last_running.cached, baseline->cached));
+    // Where the device's growth is. The pool's reserved memory is what it holds from the
+    // device; of it, `used` is what allocations occupy (the users' blocks, the caching
+    // layer's and frees the GPU has not reached yet) and the rest is the pool's own free
+    // memory, which it keeps (the release threshold is unlimited) and which a request it
+    // cannot place in its free ranges adds to. `used` against its peak says whether the
+    // stack held more, or the pool placed the same load less tightly.
+    const Sample& a = *baseline;
+    const Sample& b = last_running;
+    const double reserved = mib_signed(b.pool.reserved, a.pool.reserved);
+    const double used = mib_signed(b.pool.used, a.pool.used);
+    const double cached = mib_signed(b.cached, a.cached);
+    std::printf("of the device's growth: the pool's reserved memory %+.1f MiB (%.1f -> %.1f), of which used %+.1f MiB "
+                "(%.1f -> %.1f; the caching layer's cached bytes %+.1f, the rest %+.1f) and the pool's free memory "
+                "%+.1f MiB; outside the pool %+.1f MiB\n",
+                reserved, mib(a.pool.reserved), mib(b.pool.reserved), used, mib(a.pool.used), mib(b.pool.used), cached,
+                used - cached, reserved - used, dev_growth - reserved);
+    std::printf("the pool's peaks: used %.1f -> %.1f MiB, reserved %.1f -> %.1f MiB\n", mib(a.pool.used_high),
+                mib(b.pool.used_high), mib(a.pool.reserved_high), mib(b.pool.reserved_high));
     if (!rss_ok) std::printf("FAIL: host resident memory grew by more than %" PRIu64 " MiB\n", o.max_rss_growth_mib);
     if (!dev_ok) std::printf("FAIL: used device memory grew by more than %" PRIu64 " MiB\n", o.max_device_growth_mib);
     pass = pass && rss_ok && dev_ok;

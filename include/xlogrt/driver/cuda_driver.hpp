@@ -38,6 +38,14 @@ namespace xlogrt {
 
 static_assert(sizeof(CUdeviceptr) == sizeof(std::uint64_t), "CUdeviceptr must be 64-bit");
 
+/// A memory pool's counters (CudaDriver::mempool_usage), in bytes.
+struct MemPoolUsage {
+  std::uint64_t reserved = 0;
+  std::uint64_t reserved_high = 0;
+  std::uint64_t used = 0;
+  std::uint64_t used_high = 0;
+};
+
 /// The real driver. Obtain it with open(); it lives until the process ends.
 ///
 /// Every member is a thin wrapper over one driver call (named in its doc) and follows
@@ -349,6 +357,31 @@ class alignas(64) CudaDriver {
     cuuint64_t value = bytes;  // the attribute's value type
     return call("cuMemPoolSetAttribute", api_.cuMemPoolSetAttribute_, pool,
                 CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, static_cast<void*>(&value));
+  }
+
+  /// cuMemPoolGetAttribute of the pool's four memory counters. `reserved` is the device
+  /// memory the pool holds, `used` what allocations from it (live, or freed on a stream
+  /// that has not reached the free) occupy; the rest of `reserved` is the pool's own free
+  /// memory, which it keeps up to the release threshold. The `_high` values are each
+  /// counter's highest since the pool was created.
+  result<MemPoolUsage> mempool_usage(CUmemoryPool pool) const noexcept {
+    MemPoolUsage u;
+    const std::pair<CUmemPool_attribute, std::uint64_t*> rows[] = {
+        {CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &u.reserved},
+        {CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &u.reserved_high},
+        {CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &u.used},
+        {CU_MEMPOOL_ATTR_USED_MEM_HIGH, &u.used_high},
+    };
+    for (const auto& [attr, out] : rows) {
+      cuuint64_t value = 0;  // the attributes' value type
+      if (auto r = call("cuMemPoolGetAttribute", api_.cuMemPoolGetAttribute_, pool, attr,
+                        static_cast<void*>(&value));
+          !r) {
+        return std::move(r).error();
+      }
+      *out = value;
+    }
+    return u;
   }
 
   /// cuMemAllocFromPoolAsync: `bytes` from `pool`, usable by work enqueued on `s` after

@@ -73,6 +73,7 @@ namespace xlogrt::detail {
   X(cuEventSynchronize, 2000)          \
   X(cuDeviceGetDefaultMemPool, 11020)  \
   X(cuMemPoolSetAttribute, 11020)      \
+  X(cuMemPoolGetAttribute, 11020)      \
   X(cuMemAlloc, 3020)                  \
   X(cuMemFree, 3020)                   \
   X(cuMemHostAlloc, 2020)              \
