@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include <xlogrt/interop/pointer_resource.hpp>
+#include <xlogrt/runtime/default_stack.hpp>
 
 namespace thrust_test {
 
