@@ -11,7 +11,9 @@
 #   sanitizers  short soaks ($SHORT_SECONDS (30) s, 4 threads, 8 streams) under
 #               compute-sanitizer: memcheck --leak-check full with the caching layer off
 #               (XLOGRT_CACHE=0: every free is a stream-ordered cuMemFreeAsync, which
-#               memcheck follows) and on; racecheck and synccheck (the check kernel's
+#               memcheck follows) and on; memcheck --track-stream-ordered-races all with
+#               the layer off (a use of a block before its stream-ordered allocation or
+#               after its free); racecheck and synccheck (the check kernel's
 #               shared-memory reduction and its barriers); initcheck with the layer off;
 #               and, not counted in the exit status, memcheck with the layer's NVTX marks
 #               (XLOGRT_CACHE=nvtx): the marks are host calls, so a block may be marked
@@ -137,6 +139,7 @@ run_sanitizers() {
   "$sanitizer" --version | tail -n 1
   run_sanitized memcheck_nocache yes 0 --tool memcheck --leak-check full
   run_sanitized memcheck_cache yes 1 --tool memcheck --leak-check full
+  run_sanitized memcheck_races_nocache yes 0 --tool memcheck --track-stream-ordered-races all
   run_sanitized racecheck yes 1 --tool racecheck
   run_sanitized synccheck yes 1 --tool synccheck
   run_sanitized initcheck_nocache yes 0 --tool initcheck
