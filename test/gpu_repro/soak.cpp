@@ -110,7 +110,7 @@ struct Options {
   std::uint32_t max_blocks = 8;
   std::uint64_t max_rss_growth_mib = 64;
   std::uint64_t max_device_growth_mib = 256;
-  std::uint64_t release_threshold_mib = UINT64_MAX;  // the pool's release threshold; default: keep all
+  std::optional<std::uint64_t> release_threshold_mib;  // the pool's release threshold; default: keep all
   std::uint64_t wait_timeout = 120;
   std::uint64_t seed = 1;
   std::uint64_t inject_every = 0;  // 0: no corruption
@@ -660,8 +660,9 @@ int main(int argc, char** argv) {
   }
   if (!closed_form_holds()) return 1;
 
-  if (o.release_threshold_mib != UINT64_MAX) {
-    if (auto r = rt.driver().mempool_set_release_threshold(rt.device()->mempool(), o.release_threshold_mib * MIB); !r) {
+  if (o.release_threshold_mib) {
+    if (auto r = rt.driver().mempool_set_release_threshold(rt.device()->mempool(), *o.release_threshold_mib * MIB);
+        !r) {
       return std::printf("FAIL: setting the pool's release threshold: %s\n", r.error().what().c_str()), 1;
     }
   }
@@ -685,20 +686,21 @@ int main(int argc, char** argv) {
               info.name.c_str(), info.cc_major, info.cc_minor, info.multiprocessors,
               static_cast<double>(info.total_bytes) / (1024.0 * MIB), (*drv)->driver_version());
   std::printf("# %u threads, %u streams, %" PRIu64 " s, a sample every %" PRIu64 " s; 1..%u blocks of 256 B..8 MiB "
-              "per round; caching layer %s; reactor on %s; %s%s\n",
+              "per round; caching layer %s; reactor on %s; %s%s%s\n",
               o.threads, o.streams, o.seconds, o.sample_seconds, o.max_blocks,
               cache.options().enabled ? (cache.options().nvtx_marks ? "on, NVTX marks" : "on") : "off (XLOGRT_CACHE=0)",
               (*reactor)->uses_flag_writes() ? "flag writes" : "host functions",
               o.untracked ? "UNTRACKED (no prepare/finish: a use-after-free is expected)" : "tracked",
               o.inject_every != 0 ? (", a corruption every " + std::to_string(o.inject_every) + " rounds of thread 0").c_str()
-                                  : "");
-
-  if (o.release_threshold_mib != UINT64_MAX) {
-    std::printf("# the pool's release threshold: %" PRIu64 " MiB\n", o.release_threshold_mib);
-  }
+                                  : "",
+              o.release_threshold_mib ? ("; the pool's release threshold " + std::to_string(*o.release_threshold_mib) +
+                                         " MiB").c_str()
+                                      : "");
 
   std::vector<Sample> samples;
-  auto sample = [&](double elapsed, const Soak& soak) {
+  // A sample's own calls are checked like the workers': a failed pool query would
+  // otherwise read as no growth.
+  auto sample = [&](double elapsed, Soak& soak) {
     Sample s;
     s.elapsed = elapsed;
     s.totals = soak.totals();
@@ -709,9 +711,13 @@ int main(int argc, char** argv) {
     s.misses = cs.misses;
     // A long-running engine reaps now and then; without it bytes_outstanding would count
     // every free queued since the start.
-    (void)rt.reap_pending();
+    if (auto r = rt.reap_pending(); !r) soak.fail("reap_pending at a sample: " + r.error().what());
     s.outstanding = rt.bytes_outstanding();
-    if (auto u = rt.driver().mempool_usage(rt.device()->mempool())) s.pool = *u;
+    if (auto u = rt.driver().mempool_usage(rt.device()->mempool())) {
+      s.pool = *u;
+    } else {
+      soak.fail("the pool's counters at a sample: " + u.error().what());
+    }
     return s;
   };
   auto print = [&](const Sample& s, const Sample* prev, const char* label) {
@@ -761,6 +767,7 @@ int main(int argc, char** argv) {
   if (!soak.drain_mailboxes()) return std::printf("FAIL: %s\n", soak.failure().c_str()), 1;
   const Sample end = sample(ran, soak);
   print(end, &samples.back(), "end   ");
+  if (soak.failed()) return std::printf("FAIL: %s\n", soak.failure().c_str()), 1;
   if (auto r = rt.reap_pending(); !r) return std::printf("FAIL: reap_pending: %s\n", r.error().what().c_str()), 1;
   const std::size_t outstanding = rt.bytes_outstanding();
   const StatisticsSnapshot snap = stats.snapshot();

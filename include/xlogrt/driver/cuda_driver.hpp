@@ -363,7 +363,7 @@ class alignas(64) CudaDriver {
   /// memory the pool holds, `used` what allocations from it (live, or freed on a stream
   /// that has not reached the free) occupy; the rest of `reserved` is the pool's own free
   /// memory, which it keeps up to the release threshold. The `_high` values are each
-  /// counter's highest since the pool was created.
+  /// counter's highest since the pool was created or the counter was last reset.
   result<MemPoolUsage> mempool_usage(CUmemoryPool pool) const noexcept {
     MemPoolUsage u;
     const std::pair<CUmemPool_attribute, std::uint64_t*> rows[] = {
