@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzzes the environment configuration (resource/env_config.hpp): the input is up to
 // three NUL-separated values of XLOGRT_BUDGET_BYTES, XLOGRT_LOG_FILE and XLOGRT_CACHE
-// (a missing one is unset). parse_env_config must give a configuration or an
+// (a missing one is unset); XLOGRT_CACHE's modes and sizes must agree with an
+// independent reading of its grammar. parse_env_config must give a configuration or an
 // invalid_argument error naming the variable, never throw or abort; the budget must
 // agree with an independent reading of the byte-size grammar, in 128-bit arithmetic,
 // and a size it accepts must parse again, printed in bytes, to the same value; a budget
 // above MAX_BUDGET_BYTES is refused by parse_env_config alone.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +59,42 @@ std::optional<std::size_t> reference_size(std::string_view s) {
   if (v > SIZE_MAX) return std::nullopt;
   return static_cast<std::size_t>(v);
 }
+
+/// XLOGRT_CACHE as env_config.hpp's header comment describes it, read independently.
+struct CacheReading {
+  bool on = true, nvtx = false;
+  std::optional<std::size_t> sizes[5];  // max_block, thread_block, bin, thread, depot
+};
+constexpr const char* SIZE_KEYS[5] = {"max_block_bytes", "thread_block_bytes", "bin_bytes", "thread_bytes",
+                                      "depot_bytes"};
+
+std::optional<CacheReading> reference_cache(std::string_view v) {
+  CacheReading r;
+  if (v.empty()) return r;
+  for (std::size_t start = 0;;) {
+    const std::size_t end = std::min(v.find(',', start), v.size());
+    const std::string_view item = v.substr(start, end - start);
+    const std::size_t eq = item.find('=');
+    if (eq != std::string_view::npos) {
+      int k = 0;
+      while (k < 5 && item.substr(0, eq) != SIZE_KEYS[k]) ++k;
+      if (k == 5) return std::nullopt;
+      const auto size = reference_size(item.substr(eq + 1));
+      if (!size) return std::nullopt;
+      r.sizes[k] = size;
+    } else if (item == "0" || item == "off" || item == "false") {
+      r.on = false, r.nvtx = false;
+    } else if (item == "1" || item == "on" || item == "true") {
+      r.on = true, r.nvtx = false;
+    } else if (item == "nvtx") {
+      r.on = true, r.nvtx = true;
+    } else {
+      return std::nullopt;
+    }
+    if (end == v.size()) return r;
+    start = end + 1;
+  }
+}
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -93,12 +131,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (cfg.error().code() != errc::invalid_argument || cfg.error().message().find("XLOGRT_") == std::string::npos) {
       broken("parse_env_config's error is not named: " + cfg.error().what());
     }
-    if (budget_set && sized && *sized <= MAX_BUDGET_BYTES) {
-      // Then XLOGRT_CACHE was refused.
-      const std::string_view v = vars[2] ? std::string_view(*vars[2]) : std::string_view();
-      if (v.empty() || v == "0" || v == "off" || v == "false" || v == "1" || v == "on" || v == "true" || v == "nvtx") {
-        broken("parse_env_config refused a good configuration: " + cfg.error().what());
-      }
+    if ((!budget_set || (sized && *sized <= MAX_BUDGET_BYTES)) && reference_cache(vars[2] ? *vars[2] : "")) {
+      broken("parse_env_config refused a good configuration: " + cfg.error().what());
     }
     return 0;
   }
@@ -110,8 +144,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (log_set != cfg->log_file.has_value() || (log_set && *cfg->log_file != *vars[1])) {
     broken("parse_env_config's log file differs from XLOGRT_LOG_FILE");
   }
-  const std::string_view v = vars[2] ? std::string_view(*vars[2]) : std::string_view();
-  const bool off = v == "0" || v == "off" || v == "false";
-  if (cfg->cache == off || cfg->cache_nvtx != (v == "nvtx")) broken("parse_env_config's XLOGRT_CACHE reading is wrong");
+  const auto want_cache = reference_cache(vars[2] ? *vars[2] : "");
+  if (!want_cache) broken("parse_env_config accepted an XLOGRT_CACHE the grammar refuses");
+  const auto& z = cfg->cache_sizes;
+  const std::optional<std::size_t> got[5] = {z.max_block_bytes, z.thread_block_bytes, z.bin_bytes, z.thread_bytes,
+                                             z.depot_bytes};
+  bool same = cfg->cache == want_cache->on && cfg->cache_nvtx == want_cache->nvtx;
+  for (int k = 0; k < 5; ++k) same = same && got[k] == want_cache->sizes[k];
+  if (!same) broken("parse_env_config's XLOGRT_CACHE reading is wrong");
   return 0;
 }

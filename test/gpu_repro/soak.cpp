@@ -54,10 +54,14 @@
 // usage: gpu_soak [--seconds N] [--threads T] [--streams S] [--sample-seconds N]
 //                 [--max-blocks B] [--max-rss-growth-mib M] [--max-device-growth-mib M]
 //                 [--release-threshold-mib M] [--wait-timeout N] [--seed N]
-//                 [--inject-corruption N] [--untracked] [--probe]
+//                 [--inject-corruption N] [--untracked] [--free-after-wait] [--probe]
 //   --release-threshold-mib  the pool's release threshold (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
 //             by default unlimited, as the default stack sets it): above it the pool gives
 //             its free memory back at the next synchronisation (the samples' reaps)
+//   --free-after-wait  frees every block, and the results, only once the round's wait has
+//             completed, when the GPU has finished every use: no free is queued behind work
+//             still to run (for telling a tool's view of stream-ordered frees from the
+//             library's)
 //   --probe   only check that the GPU can run the kernels (exit 0 or 77)
 //
 // The kernels are in soak_kernels.cu (nvcc); this file is plain C++.
@@ -115,6 +119,7 @@ struct Options {
   std::uint64_t seed = 1;
   std::uint64_t inject_every = 0;  // 0: no corruption
   bool untracked = false;
+  bool free_after_wait = false;
   bool probe = false;
 };
 
@@ -122,7 +127,7 @@ struct Options {
   std::fprintf(stderr,
                "gpu_soak: %s\nusage: gpu_soak [--seconds N] [--threads T] [--streams S] [--sample-seconds N] "
                "[--max-blocks B] [--max-rss-growth-mib M] [--max-device-growth-mib M] [--release-threshold-mib M] "
-               "[--wait-timeout N] [--seed N] [--inject-corruption N] [--untracked] [--probe]\n",
+               "[--wait-timeout N] [--seed N] [--inject-corruption N] [--untracked] [--free-after-wait] [--probe]\n",
                what.c_str());
   std::exit(2);
 }
@@ -165,6 +170,8 @@ Options parse(int argc, char** argv) {
       o.inject_every = number(i, 1, ~0ull);
     } else if (a == "--untracked") {
       o.untracked = true;
+    } else if (a == "--free-after-wait") {
+      o.free_after_wait = true;
     } else if (a == "--probe") {
       o.probe = true;
     } else {
@@ -231,6 +238,7 @@ struct Sample {
   std::size_t device_used = 0;
   std::size_t cached = 0;
   std::uint64_t misses = 0;  // the caching layer's allocations from the pool, cumulative
+  std::uint64_t trimmed = 0;  // ... and its blocks freed to the pool, cumulative
   std::size_t outstanding = 0;  // after a reap: the users' blocks and the frees queued since
   MemPoolUsage pool;            // the device's default pool, which AsyncCuda allocates from
 };
@@ -472,13 +480,13 @@ class Soak {
           std::lock_guard lock(s_.mailboxes_[to].mu);
           s_.mailboxes_[to].blocks.push_back(std::move(blocks_[i]));
           c_.bump(c_.handed);
-        } else if (roll < 4) {
+        } else if (roll < 4 || o.free_after_wait) {
           kept_.push_back(i);
         } else if (!s_.ok(rt.deallocate(std::move(blocks_[i])), "deallocate")) {
           return false;
         }
       }
-      if (!s_.ok(rt.deallocate(std::move(*results)), "freeing the results")) return false;
+      if (!o.free_after_wait && !s_.ok(rt.deallocate(std::move(*results)), "freeing the results")) return false;
       auto done = s_.reactor_.when_done_future(C);
       if (!s_.ok(done, "Reactor::when_done_future")) return false;
       if (done->wait_for(std::chrono::seconds(o.wait_timeout)) != std::future_status::ready) {
@@ -514,6 +522,7 @@ class Soak {
       for (const std::size_t i : kept_) {
         if (!s_.ok(rt.deallocate(std::move(blocks_[i])), "deallocate (kept)")) return false;
       }
+      if (o.free_after_wait && !s_.ok(rt.deallocate(std::move(*results)), "freeing the results")) return false;
       c_.bump(c_.checks, n_checks);
       if (wrong != 0) c_.bump(c_.wrong, wrong);
       c_.bump(c_.rounds);
@@ -690,12 +699,21 @@ int main(int argc, char** argv) {
               o.threads, o.streams, o.seconds, o.sample_seconds, o.max_blocks,
               cache.options().enabled ? (cache.options().nvtx_marks ? "on, NVTX marks" : "on") : "off (XLOGRT_CACHE=0)",
               (*reactor)->uses_flag_writes() ? "flag writes" : "host functions",
-              o.untracked ? "UNTRACKED (no prepare/finish: a use-after-free is expected)" : "tracked",
+              o.untracked ? "UNTRACKED (no prepare/finish: a use-after-free is expected)"
+              : o.free_after_wait ? "tracked, every free after the round's wait"
+                                  : "tracked",
               o.inject_every != 0 ? (", a corruption every " + std::to_string(o.inject_every) + " rounds of thread 0").c_str()
                                   : "",
               o.release_threshold_mib ? ("; the pool's release threshold " + std::to_string(*o.release_threshold_mib) +
                                          " MiB").c_str()
                                       : "");
+
+  if (cache.options().enabled) {
+    const CachedOptions& co = cache.options();
+    std::printf("# caching layer: thread_block_bytes %zu, bin_bytes %zu, thread_bytes %zu, depot_bytes %zu, "
+                "max_block_bytes %zu (XLOGRT_CACHE sets them)\n",
+                co.thread_block_bytes, co.bin_bytes, co.thread_bytes, co.depot_bytes, co.max_block_bytes);
+  }
 
   std::vector<Sample> samples;
   // A sample's own calls are checked like the workers': a failed pool query would
@@ -709,6 +727,7 @@ int main(int argc, char** argv) {
     const CacheStats cs = cache.stats();
     s.cached = cs.cached_bytes;
     s.misses = cs.misses;
+    s.trimmed = cs.trimmed_blocks;
     // A long-running engine reaps now and then; without it bytes_outstanding would count
     // every free queued since the start.
     if (auto r = rt.reap_pending(); !r) soak.fail("reap_pending at a sample: " + r.error().what());
@@ -725,10 +744,11 @@ int main(int argc, char** argv) {
     const std::uint64_t da = s.totals.allocations - (prev != nullptr ? prev->totals.allocations : 0);
     std::printf("%s t=%7.1f s  rounds %10" PRIu64 "  allocs/s %9.0f  wrong %" PRIu64 "  rss %8.1f MiB  device used "
                 "%9.1f MiB  pool reserved %9.1f used %9.1f (peak %9.1f) MiB  cached %8.1f MiB (%" PRIu64
-                " new from the pool)  outstanding %8.1f MiB\n",
+                " new from the pool, %" PRIu64 " freed to it)  outstanding %8.1f MiB\n",
                 label, s.elapsed, s.totals.rounds, dt > 0 ? static_cast<double>(da) / dt : 0.0, s.totals.wrong,
                 mib(s.rss), mib(s.device_used), mib(s.pool.reserved), mib(s.pool.used), mib(s.pool.used_high),
-                mib(s.cached), s.misses - (prev != nullptr ? prev->misses : 0), mib(s.outstanding));
+                mib(s.cached), s.misses - (prev != nullptr ? prev->misses : 0),
+                s.trimmed - (prev != nullptr ? prev->trimmed : 0), mib(s.outstanding));
   };
 
   Soak soak(rt, **reactor, o);

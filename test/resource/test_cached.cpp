@@ -546,6 +546,82 @@ TEST_CASE("what the layer keeps is bounded by thread_bytes and depot_bytes, howe
   CHECK(bounded > 0);
 }
 
+TEST_CASE("blocks above thread_block_bytes are shared through the depot: one set for every thread", "[cached]") {
+  // 8 threads take turns on stream 0, each allocating and freeing 4 blocks of 4 MiB. Kept
+  // in the freeing thread's bins, each thread's blocks would serve that thread alone:
+  // 8 x 4 blocks from the pool. Shared through the depot, the first 4 serve every turn.
+  auto run = [](std::size_t thread_block_bytes) {
+    Rig<> rig({}, CachedOptions{.thread_block_bytes = thread_block_bytes});
+    auto& r = *rig.stack;
+    std::atomic<int> failures{0};
+    std::atomic<int> turn{0};
+    std::vector<std::thread> threads;
+    // The threads take turns, and none exits before the last turn ends: an exited
+    // thread's bins would be swept into the depots.
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        while (turn.load() != t) std::this_thread::yield();
+        for (int round = 0; round < 3; ++round) {
+          std::vector<DeviceBlock> held;
+          for (int i = 0; i < 4; ++i) {
+            auto b = r.allocate(std::size_t{4} << 20, StreamId{0}, AllocTag{1});
+            if (!b) {
+              ++failures;
+              continue;
+            }
+            held.push_back(std::move(*b));
+          }
+          for (auto& b : held) {
+            if (!r.deallocate(std::move(b))) ++failures;
+          }
+        }
+        turn.fetch_add(1);
+        while (turn.load() != 8) std::this_thread::yield();
+      });
+    }
+    for (auto& th : threads) th.join();
+    REQUIRE(failures.load() == 0);
+    const CacheStats s = r.stats();
+    CHECK(s.allocations() == 8 * 3 * 4);
+    CHECK(r.bytes_outstanding() == 0);
+    return std::pair{s.misses, s.cached_bytes};
+  };
+  const auto [shared_misses, shared_cached] = run(std::size_t{1} << 20);
+  CHECK(shared_misses == 4);
+  CHECK(shared_cached == std::size_t{16} << 20);
+  const auto [own_misses, own_cached] = run(std::size_t{8} << 20);  // 4 MiB blocks in thread bins
+  CHECK(own_misses == 8 * 4);
+  CHECK(own_cached == std::size_t{8} * (16 << 20));
+}
+
+TEST_CASE("the default stack takes the caching layer's sizes from XLOGRT_CACHE; sizes it refuses are named",
+          "[cached]") {
+  SimDriver sim;
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  auto build = [&](const char* value) {
+    REQUIRE(::setenv("XLOGRT_CACHE", value, 1) == 0);
+    auto s = StackBuilder<DefaultStackOn<SimDriver>>::build(*pool);
+    REQUIRE(::unsetenv("XLOGRT_CACHE") == 0);
+    return s;
+  };
+  auto s = build("depot_bytes=3G,thread_bytes=64M,thread_block_bytes=256K,bin_bytes=8M,max_block_bytes=512M");
+  REQUIRE(s.has_value());
+  const CachedOptions& o = find_layer<Cached>(*s)->options();
+  CHECK(o.enabled);
+  CHECK(o.depot_bytes == std::size_t{3} << 30);
+  CHECK(o.thread_bytes == std::size_t{64} << 20);
+  CHECK(o.thread_block_bytes == std::size_t{256} << 10);
+  CHECK(o.bin_bytes == std::size_t{8} << 20);
+  CHECK(o.max_block_bytes == std::size_t{512} << 20);
+  auto refused = build("max_block_bytes=2T");
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().code() == errc::invalid_argument);
+  CHECK_THAT(refused.error().message(), Catch::StartsWith("XLOGRT_CACHE: ") && Catch::Contains("above 1 TiB"));
+}
+
 TEST_CASE("a cached block handed out under a new tag records uses like any block", "[cached]") {
   Rig<> rig;
   auto& r = *rig.stack;
@@ -685,7 +761,7 @@ TEST_CASE("NVTX marks: refused without the marks in the program, named; the real
     REQUIRE(::unsetenv("XLOGRT_CACHE") == 0);
     REQUIRE_FALSE(d);
     CHECK(d.error().code() == errc::invalid_argument);
-    CHECK_THAT(d.error().message(), Catch::StartsWith("XLOGRT_CACHE=nvtx: ") && Catch::Contains("nvtx_marks.hpp"));
+    CHECK_THAT(d.error().message(), Catch::StartsWith("XLOGRT_CACHE: ") && Catch::Contains("nvtx_marks.hpp"));
   }
   // Including the header installed NVTX's own table; with no tool attached its calls do
   // nothing, and the layer works as without them.

@@ -61,6 +61,43 @@ TEST_CASE("the environment's configuration", "[env_config]") {
   CHECK(env->log_file == "x.csv");
 }
 
+TEST_CASE("XLOGRT_CACHE: a mode and the caching layer's sizes, comma-separated", "[env_config]") {
+  auto c = parse_env_config(nullptr, nullptr, "on,depot_bytes=4G,thread_bytes=256M,thread_block_bytes=512K");
+  REQUIRE(c.has_value());
+  CHECK(c->cache);
+  CHECK_FALSE(c->cache_nvtx);
+  CHECK(c->cache_sizes.depot_bytes == std::size_t{4} << 30);
+  CHECK(c->cache_sizes.thread_bytes == std::size_t{256} << 20);
+  CHECK(c->cache_sizes.thread_block_bytes == std::size_t{512} << 10);
+  CHECK_FALSE(c->cache_sizes.bin_bytes);
+  CHECK_FALSE(c->cache_sizes.max_block_bytes);
+
+  auto sizes_only = parse_env_config(nullptr, nullptr, "bin_bytes=1M,max_block_bytes=64M,bin_bytes=2M");
+  REQUIRE(sizes_only.has_value());
+  CHECK(sizes_only->cache);                                    // no mode: on
+  CHECK(sizes_only->cache_sizes.bin_bytes == 2u << 20);        // the later item wins
+  CHECK(sizes_only->cache_sizes.max_block_bytes == 64u << 20);
+  auto later = parse_env_config(nullptr, nullptr, "nvtx,off");
+  REQUIRE(later.has_value());
+  CHECK_FALSE(later->cache);
+  CHECK_FALSE(later->cache_nvtx);
+
+  for (const char* bad : {"depot=4G", "on,", ",on", "on,,off", "depot_bytes=", "depot_bytes=0", "depot_bytes=4X",
+                          "thread_bytes=99999999999999999999", "=4G", "onn"}) {
+    auto r = parse_env_config(nullptr, nullptr, bad);
+    INFO(bad);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == errc::invalid_argument);
+    CHECK_THAT(r.error().message(), Catch::Contains("XLOGRT_CACHE"));
+  }
+  auto unknown = parse_env_config(nullptr, nullptr, "on,depot=4G");
+  REQUIRE_FALSE(unknown);
+  CHECK_THAT(unknown.error().message(), Catch::Contains("'depot=4G' has an unknown key"));
+  auto zero = parse_env_config(nullptr, nullptr, "depot_bytes=0");
+  REQUIRE_FALSE(zero);
+  CHECK_THAT(zero.error().message(), Catch::Contains("XLOGRT_CACHE depot_bytes='0' is zero"));
+}
+
 TEST_CASE("weak spot: a budget of 2^63 bytes or more is refused, not taken as no budget", "[env_config]") {
   for (const char* v : {"9223372036854775808", "9223372036854775807", "18446744073709551615", "8388608T"}) {
     INFO(v);

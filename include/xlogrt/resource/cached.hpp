@@ -17,7 +17,9 @@
 // in the calling thread's bin for (S, class). A bin holds a few blocks; when it is full,
 // half of it moves to S's depot, which every thread shares (under the depot's spin lock). An
 // allocation on S takes from the thread's bin, else refills the bin from S's depot,
-// else tries another stream's depot (below), else allocates from the upstream.
+// else tries another stream's depot (below), else allocates from the upstream. Blocks
+// above `thread_block_bytes` have no bins: they go to and come from S's depot directly,
+// so that the layer keeps one shared set of large blocks, not one per thread.
 //
 // Stream safety. A block freed on S is handed out again on S at once: work enqueued on S
 // after the allocation runs after everything the previous owner enqueued on S, and the
@@ -105,6 +107,12 @@ struct CachedOptions {
   std::uint32_t bin_blocks = detail::MAX_BIN_BLOCKS;
   /// ... and bytes (a bin of larger blocks holds fewer, but always one).
   std::size_t bin_bytes = std::size_t{64} << 20;
+  /// Blocks of classes up to this size are kept in the freeing thread's bins; larger ones
+  /// go straight to their stream's depot, which every thread shares. Per-thread bins of
+  /// large blocks would keep one copy of the large working set per thread, memory no
+  /// other thread can use, and the depot's lock is small beside the work a large block
+  /// carries. 0: every block goes through the depots.
+  std::size_t thread_block_bytes = std::size_t{1} << 20;
   /// Tell compute-sanitizer which blocks are cached, so that memcheck reports a kernel
   /// that touches one (XLOGRT_CACHE=nvtx in the default stack). Needs
   /// <xlogrt/resource/nvtx_marks.hpp> in the program. Costs a mutex and NVTX calls per
@@ -202,8 +210,8 @@ class Cached : public Adaptor<Upstream> {
   [[gnu::always_inline]] result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
     State& st = *state_;
     const std::uint32_t c = detail::class_of(bytes);
-    if (c >= st.classes || bytes == 0 || stream.value >= detail::CACHE_STREAMS) [[unlikely]] {
-      return allocate_general(bytes, stream, tag, nullptr);
+    if (c >= st.thread_classes || bytes == 0 || stream.value >= detail::CACHE_STREAMS) [[unlikely]] {
+      return allocate_general(bytes, stream, tag, nullptr);  // tc: null, no bin of this class
     }
     detail::ThreadCache* tc = local(st);
     if (tc != nullptr && tc->claim.enter()) [[likely]] {
@@ -245,7 +253,7 @@ class Cached : public Adaptor<Upstream> {
     if (!next) [[unlikely]] return std::move(next).error();
     const detail::CachedEntry e{next->ptr(), next->id(), next->tag()};
     if (st.marks.on()) [[unlikely]] st.marks.cached(e.ptr);
-    detail::ThreadCache* tc = local(st);
+    detail::ThreadCache* tc = c < st.thread_classes ? local(st) : nullptr;
     if (tc != nullptr && tc->claim.enter()) [[likely]] {
       detail::CacheBin* bins = tc->streams[s].load(std::memory_order_relaxed);
       if (bins != nullptr) [[likely]] {
@@ -347,6 +355,9 @@ class Cached : public Adaptor<Upstream> {
       const std::size_t ceiling = std::min(o.max_block_bytes, MAX_CLASS_BYTES);
       classes = !o.enabled || ceiling < detail::SMALLEST_CLASS ? 0 : detail::class_of(ceiling) + 1;
       if (classes != 0 && detail::class_bytes(classes - 1) > ceiling) --classes;
+      thread_classes = o.thread_block_bytes < detail::SMALLEST_CLASS ? 0 : detail::class_of(o.thread_block_bytes) + 1;
+      if (thread_classes != 0 && detail::class_bytes(thread_classes - 1) > o.thread_block_bytes) --thread_classes;
+      thread_classes = std::min(thread_classes, classes);
       bin_cap.resize(classes);
       const std::uint32_t blocks = std::clamp<std::uint32_t>(o.bin_blocks, 1, detail::MAX_BIN_BLOCKS);
       for (std::uint32_t c = 0; c < classes; ++c) {
@@ -361,6 +372,7 @@ class Cached : public Adaptor<Upstream> {
     CachedOptions options;
     const std::uint64_t serial;
     std::uint32_t classes = 0;
+    std::uint32_t thread_classes = 0;  // the classes kept in thread bins: the first ones
     std::vector<std::uint32_t> bin_cap;  // by class
     detail::NvtxMarks marks;
 
@@ -396,7 +408,7 @@ class Cached : public Adaptor<Upstream> {
         if (c->serial == st.serial) found = c.get();
       }
       if (found == nullptr) {
-        auto made = std::make_shared<detail::ThreadCache>(st.serial, st.classes);
+        auto made = std::make_shared<detail::ThreadCache>(st.serial, st.thread_classes);
         {
           std::lock_guard lock(st.registry_mu);
           sweep_orphans_locked(st);
@@ -433,7 +445,7 @@ class Cached : public Adaptor<Upstream> {
     for (std::uint32_t s = 0; s < detail::CACHE_STREAMS; ++s) {
       detail::CacheBin* bins = tc.streams[s].load(std::memory_order_acquire);
       if (bins == nullptr) continue;
-      for (std::uint32_t c = 0; c < st.classes; ++c) {
+      for (std::uint32_t c = 0; c < st.thread_classes; ++c) {
         const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
         for (std::uint32_t i = 0; i < n; ++i) f(s, c, bins[c].items[i]);
         bins[c].n.store(0, std::memory_order_relaxed);
@@ -630,7 +642,7 @@ class Cached : public Adaptor<Upstream> {
   /// (CACHE_STREAMS: none kept).
   void spill_bins(State& st, detail::ThreadCache& tc, std::uint32_t keep, std::uint32_t c) noexcept {
     const std::uint32_t first = c == ALL_CLASSES ? 0 : c;
-    const std::uint32_t last = c == ALL_CLASSES ? st.classes : c + 1;
+    const std::uint32_t last = c == ALL_CLASSES ? st.thread_classes : c + 1;
     for (std::uint32_t s = 0; s < detail::CACHE_STREAMS; ++s) {
       detail::CacheBin* bins = s == keep ? nullptr : tc.streams[s].load(std::memory_order_relaxed);
       if (bins == nullptr) continue;
@@ -760,7 +772,7 @@ class Cached : public Adaptor<Upstream> {
       for (const auto& sb : tc->streams) {
         const detail::CacheBin* bins = sb.load(std::memory_order_acquire);
         if (bins == nullptr) continue;
-        for (std::uint32_t c = 0; c < st.classes; ++c) add(c, bins[c].n.load(std::memory_order_relaxed));
+        for (std::uint32_t c = 0; c < st.thread_classes; ++c) add(c, bins[c].n.load(std::memory_order_relaxed));
       }
     }
     const std::uint32_t n = st.depot_streams.load(std::memory_order_acquire);

@@ -9,11 +9,15 @@
 //                        budget.
 //   XLOGRT_LOG_FILE      the CSV file Logging writes (see logging.hpp). Unset or empty:
 //                        logging off.
-//   XLOGRT_CACHE         0 / off / false: the caching layer passes every call straight
-//                        to the driver's pool; nvtx: caching on, its blocks marked for
-//                        compute-sanitizer (in a program that includes
-//                        <xlogrt/resource/nvtx_marks.hpp>; see cached.hpp); 1 / on /
-//                        true, unset or empty: caching on.
+//   XLOGRT_CACHE         comma-separated items. 0 / off / false: the caching layer
+//                        passes every call straight to the driver's pool; nvtx: caching
+//                        on, its blocks marked for compute-sanitizer (in a program that
+//                        includes <xlogrt/resource/nvtx_marks.hpp>; see cached.hpp); 1 /
+//                        on / true, unset or empty: caching on. KEY=SIZE sets one of
+//                        CachedOptions' sizes (see cached.hpp), SIZE as for the budget:
+//                        max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes,
+//                        depot_bytes. E.g. XLOGRT_CACHE=on,depot_bytes=4G,thread_bytes=256M.
+//                        A later item overrides an earlier one.
 // A malformed value is an invalid_argument error that names the variable and the value;
 // nothing here aborts or throws.
 
@@ -41,6 +45,10 @@ struct EnvConfig {
   std::optional<std::string> log_file;      ///< unset: no logging
   bool cache = true;                        ///< the caching layer on
   bool cache_nvtx = false;                  ///< ... marking its blocks for compute-sanitizer
+  /// The caching layer's sizes XLOGRT_CACHE sets; unset: CachedOptions' defaults.
+  struct CacheSizes {
+    std::optional<std::size_t> max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, depot_bytes;
+  } cache_sizes;
 };
 
 /// The largest budget XLOGRT_BUDGET_BYTES accepts: 2^63 - 2 bytes (a limit of 2^63 - 1 or
@@ -115,7 +123,11 @@ inline result<std::size_t> parse_byte_size(std::string_view text, std::string_vi
     }
     if (!rest.empty()) return bad("has an unknown suffix");
   }
-  if (v == 0) return bad("is zero (a budget of 0 bytes would refuse every allocation; unset the variable for no budget)");
+  if (v == 0) {
+    return bad(what == ENV_BUDGET_BYTES
+                   ? "is zero (a budget of 0 bytes would refuse every allocation; unset the variable for no budget)"
+                   : "is zero");
+  }
   if (shift != 0 && v > (std::numeric_limits<std::uint64_t>::max() >> shift)) return bad("is too large");
   v <<= shift;
   if (v > std::numeric_limits<std::size_t>::max() || v > max) {
@@ -137,14 +149,45 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
   }
   if (log_file != nullptr && *log_file != '\0') c.log_file = std::string(log_file);
   if (cache != nullptr && *cache != '\0') {
-    const std::string_view v = cache;
-    if (v == "0" || v == "off" || v == "false") {
-      c.cache = false;
-    } else if (v == "nvtx") {
-      c.cache_nvtx = true;
-    } else if (v != "1" && v != "on" && v != "true") {
-      return error{errc::invalid_argument, std::string(ENV_CACHE) + "='" + detail::printable(v) +
-                                               "' is not one of 0, off, false, 1, on, true, nvtx"};
+    const std::string_view all = cache;
+    auto bad = [&](std::string_view item, const std::string& why) {
+      return error{errc::invalid_argument, std::string(ENV_CACHE) + "='" + detail::printable(all) + "': '" +
+                                               detail::printable(item) + "' " + why};
+    };
+    std::size_t at = 0;
+    while (true) {
+      const std::size_t comma = all.find(',', at);
+      const std::string_view item = all.substr(at, comma == std::string_view::npos ? std::string_view::npos : comma - at);
+      const std::size_t eq = item.find('=');
+      if (eq != std::string_view::npos) {
+        const std::string_view key = item.substr(0, eq);
+        auto& z = c.cache_sizes;
+        std::optional<std::size_t>* field = key == "max_block_bytes"      ? &z.max_block_bytes
+                                            : key == "thread_block_bytes" ? &z.thread_block_bytes
+                                            : key == "bin_bytes"          ? &z.bin_bytes
+                                            : key == "thread_bytes"       ? &z.thread_bytes
+                                            : key == "depot_bytes"        ? &z.depot_bytes
+                                                                          : nullptr;
+        if (field == nullptr) {
+          return bad(item, "has an unknown key (max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, depot_bytes)");
+        }
+        auto size = parse_byte_size(item.substr(eq + 1), std::string(ENV_CACHE) + " " + std::string(key));
+        if (!size) return std::move(size).error();
+        *field = *size;
+      } else if (item == "0" || item == "off" || item == "false") {
+        c.cache = false;
+        c.cache_nvtx = false;
+      } else if (item == "nvtx") {
+        c.cache = true;
+        c.cache_nvtx = true;
+      } else if (item == "1" || item == "on" || item == "true") {
+        c.cache = true;
+        c.cache_nvtx = false;
+      } else {
+        return bad(item, "is not one of 0, off, false, 1, on, true, nvtx or KEY=SIZE");
+      }
+      if (comma == std::string_view::npos) break;
+      at = comma + 1;
     }
   }
   return c;

@@ -42,9 +42,10 @@ using DefaultStackOn = Statistics<Logging<Cached<Budget<AsyncCuda<D>>>, FileSink
 using DefaultStack = DefaultStackOn<CudaDriver>;
 
 /// Builds the default stack from the environment. Errors: invalid_argument for a
-/// malformed XLOGRT_BUDGET_BYTES or XLOGRT_CACHE, or for XLOGRT_CACHE=nvtx in a program
-/// that does not include <xlogrt/resource/nvtx_marks.hpp>; the log file's open error;
-/// the base resource's errors.
+/// malformed XLOGRT_BUDGET_BYTES or XLOGRT_CACHE, for cache sizes the layer refuses
+/// (CachedOptions), or for XLOGRT_CACHE=nvtx in a program that does not include
+/// <xlogrt/resource/nvtx_marks.hpp>; the log file's open error; the base resource's
+/// errors.
 template <Driver D>
 struct StackBuilder<DefaultStackOn<D>> {
   static result<DefaultStackOn<D>> build(const std::shared_ptr<StreamPool<D>>& streams) noexcept {
@@ -63,12 +64,17 @@ struct StackBuilder<DefaultStackOn<D>> {
     CachedOptions cache;
     cache.enabled = env->cache;
     cache.nvtx_marks = env->cache_nvtx;
+    const auto& sizes = env->cache_sizes;
+    cache.max_block_bytes = sizes.max_block_bytes.value_or(cache.max_block_bytes);
+    cache.thread_block_bytes = sizes.thread_block_bytes.value_or(cache.thread_block_bytes);
+    cache.bin_bytes = sizes.bin_bytes.value_or(cache.bin_bytes);
+    cache.thread_bytes = sizes.thread_bytes.value_or(cache.thread_bytes);
+    cache.depot_bytes = sizes.depot_bytes.value_or(cache.depot_bytes);
     using Base = Cached<Budget<AsyncCuda<D>>>;
     auto cached = Base::create(Budget<AsyncCuda<D>>(std::move(*base), budget), cache);
     if (!cached) {
-      // With default options the only invalid_argument is nvtx_marks without the marks.
       if (cached.error().code() != errc::invalid_argument) return std::move(cached).error();
-      return error{errc::invalid_argument, "XLOGRT_CACHE=nvtx: " + cached.error().message()};
+      return error{errc::invalid_argument, std::string(ENV_CACHE) + ": " + cached.error().message()};
     }
     return DefaultStackOn<D>(Logging<Base, FileSink>(std::move(*cached), std::move(sink)));
   }
