@@ -22,8 +22,8 @@ int main() {
   auto stack = Stack::create(Budget<AsyncCuda<SimDriver>>(std::move(*base)), CachedOptions{.bin_blocks = 8});
   if (!stack) return std::puts(stack.error().what().c_str()), 1;  // options out of range
   const auto alloc_calls = sim.calls("cuMemAllocFromPoolAsync");
-  for (int i = 0; i < 1000; ++i) {  // 1,000 pairs of 100 KB: the size class of 112 KiB
-    auto b = stack->allocate(100'000, StreamId{0}, AllocTag{1});
+  for (int i = 0; i < 1000; ++i) {  // 1,000 pairs of 10 KB: the size class of 10 KiB
+    auto b = stack->allocate(10'000, StreamId{0}, AllocTag{1});
     if (!b || !stack->deallocate(std::move(*b))) return 1;
   }
   const CacheStats s = stack->stats();

@@ -327,7 +327,9 @@ TEST_CASE("budget pressure trims the cache and retries: no false out_of_budget",
 }
 
 TEST_CASE("driver out-of-memory trims the cache and retries once", "[cached]") {
-  Rig<> rig(SimConfig{.memory_bytes = std::size_t{4} << 20});
+  // Every class in the thread bins: no larger class stands in and no miss evicts, so the
+  // cached 3 MiB block goes only under pressure.
+  Rig<> rig(SimConfig{.memory_bytes = std::size_t{4} << 20}, CachedOptions{.thread_block_bytes = std::size_t{1} << 30});
   auto& r = *rig.stack;
   auto a = r.allocate(3 << 20, StreamId{0}, AllocTag{});
   REQUIRE(a.has_value());
@@ -594,6 +596,42 @@ TEST_CASE("blocks above thread_block_bytes are shared through the depot: one set
   CHECK(own_cached == std::size_t{8} * (16 << 20));
 }
 
+TEST_CASE("a shared class the depot lacks takes a block up to depot_larger_classes larger, else evicts one",
+          "[cached]") {
+  Rig<> rig;  // depot_larger_classes 2: 2 MiB takes 2.5 or 3 MiB, not 3.5 MiB
+  auto& r = *rig.stack;
+  {  // 3.5 MiB and 3 MiB blocks, cached on stream 0
+    auto x = r.allocate(std::size_t{7} << 19, StreamId{0}, AllocTag{});
+    auto y = r.allocate(std::size_t{3} << 20, StreamId{0}, AllocTag{});
+    REQUIRE((x.has_value() && y.has_value()));
+    REQUIRE(r.deallocate(std::move(*x)).has_value());
+    REQUIRE(r.deallocate(std::move(*y)).has_value());
+  }
+  auto on_other = r.allocate(std::size_t{2} << 20, StreamId{1}, AllocTag{});  // another stream's: a miss
+  REQUIRE(on_other.has_value());
+  CHECK(r.stats().misses == 3);
+  auto b = r.allocate(std::size_t{2} << 20, StreamId{0}, AllocTag{});
+  REQUIRE(b.has_value());
+  CHECK(b->bytes() == std::size_t{3} << 20);  // the smallest larger block within two classes
+  CHECK(r.stats().misses == 3);
+  CHECK(r.stats().depot_hits == 1);
+  // 3.5 MiB is three classes up: a miss, which first gives the idle 3.5 MiB block back on
+  // stream 0, where the pool can place the new block at once.
+  const auto frees = rig.driver_frees();
+  auto c = r.allocate(std::size_t{2} << 20, StreamId{0}, AllocTag{});
+  REQUIRE(c.has_value());
+  CHECK(c->bytes() == std::size_t{2} << 20);
+  CHECK(r.stats().misses == 4);
+  CHECK(r.stats().evictions == 1);
+  CHECK(rig.driver_frees() == frees + 1);
+  CHECK(r.stats().cached_bytes == 0);
+  CHECK(r.stats().waste_bytes() == (std::size_t{1} << 20));
+  for (auto* x : {&*on_other, &*b, &*c}) REQUIRE(r.deallocate(std::move(*x)).has_value());
+  rig.sim.run_until_idle();
+  REQUIRE(r.reap_pending().has_value());
+  CHECK(r.bytes_outstanding() == 0);
+}
+
 TEST_CASE("the default stack takes the caching layer's sizes from XLOGRT_CACHE; sizes it refuses are named",
           "[cached]") {
   SimDriver sim;
@@ -734,6 +772,37 @@ TEST_CASE("NVTX marks: a block is a heap while the layer holds it, and a region 
   CHECK(r.trim() == 1024);  // back to the upstream: the heap goes
   CHECK(g_spy == std::vector<std::string>{"domain xlogrt", "heap 1024", "region 1024", "unregion", "region 1024",
                                           "unregion", "unheap"});
+}
+
+TEST_CASE("NVTX marks: a heap the tool refused when the block was fresh is registered when it is first cached",
+          "[cached]") {
+  // The tool refuses the first registration, as compute-sanitizer refuses a
+  // stream-ordered allocation its stream has not run yet.
+  static std::atomic<int> heaps{0};
+  static const detail::NvtxMemApi refuses_first{
+      spy_api.create_domain,
+      [](void* d, std::uint64_t p, std::size_t bytes) noexcept -> void* {
+        if (heaps.fetch_add(1) == 0) {
+          spy("heap refused");
+          return nullptr;
+        }
+        return spy_api.register_heap(d, p, bytes);
+      },
+      spy_api.unregister_heap, spy_api.register_region, spy_api.unregister_region};
+  heaps = 0;
+  NvtxApiSwap swap(&refuses_first);
+  g_spy.clear();
+  Rig<> rig(SimConfig{}, CachedOptions{.nvtx_marks = true});
+  auto& r = *rig.stack;
+  auto b = r.allocate(1000, StreamId{1}, AllocTag{});  // a miss: the tool refuses its heap
+  REQUIRE(b.has_value());
+  REQUIRE(r.deallocate(std::move(*b)).has_value());  // cached: registered now, no region
+  b = r.allocate(1024, StreamId{1}, AllocTag{});     // a hit: a region of that heap
+  REQUIRE(b.has_value());
+  REQUIRE(r.deallocate(std::move(*b)).has_value());
+  CHECK(r.trim() == 1024);
+  CHECK(g_spy == std::vector<std::string>{"domain xlogrt", "heap refused", "heap 1024", "region 1024", "unregion",
+                                          "unheap"});
 }
 
 TEST_CASE("NVTX marks: refused without the marks in the program, named; the real table marks on SimDriver",

@@ -7,7 +7,8 @@
 // ---- How it works ----------------------------------------------------------------------
 //
 // Size classes. A request is rounded up to its size class (detail/size_class.hpp: four
-// classes per power of two, so a block is less than 1.25 times its request); a request
+// classes per power of two, so a block is less than 1.25 times its request, and less than
+// 1.25 times that again for each larger class a shared class may take); a request
 // whose class is above `max_block_bytes` goes straight to the upstream, as does every
 // request when the layer is disabled.
 //
@@ -17,9 +18,17 @@
 // in the calling thread's bin for (S, class). A bin holds a few blocks; when it is full,
 // half of it moves to S's depot, which every thread shares (under the depot's spin lock). An
 // allocation on S takes from the thread's bin, else refills the bin from S's depot,
-// else tries another stream's depot (below), else allocates from the upstream. Blocks
-// above `thread_block_bytes` have no bins: they go to and come from S's depot directly,
-// so that the layer keeps one shared set of large blocks, not one per thread.
+// else tries another stream's depot (below), else allocates from the upstream.
+//
+// Shared classes. Blocks above `thread_block_bytes` (64 KiB) have no bins: they go to and
+// come from S's depot directly, so that the layer keeps one set of them for every thread,
+// not one per thread. A request of a shared class that S's depot lacks takes a block up
+// to `depot_larger_classes` (2) classes larger from it; failing that and another
+// stream's completed blocks, it gives back the smallest idle block of S's depot up to 4
+// times its size before it allocates (evict_larger), so that the pool can place the new
+// block in that block's memory. Blocks of one class cannot serve another, so without
+// these each shared class would keep, on each stream, the highest demand it has ever
+// seen, and the layer would grow for as long as new peaks come.
 //
 // Stream safety. A block freed on S is handed out again on S at once: work enqueued on S
 // after the allocation runs after everything the previous owner enqueued on S, and the
@@ -108,11 +117,15 @@ struct CachedOptions {
   /// ... and bytes (a bin of larger blocks holds fewer, but always one).
   std::size_t bin_bytes = std::size_t{64} << 20;
   /// Blocks of classes up to this size are kept in the freeing thread's bins; larger ones
-  /// go straight to their stream's depot, which every thread shares. Per-thread bins of
-  /// large blocks would keep one copy of the large working set per thread, memory no
-  /// other thread can use, and the depot's lock is small beside the work a large block
-  /// carries. 0: every block goes through the depots.
-  std::size_t thread_block_bytes = std::size_t{1} << 20;
+  /// (the shared classes) go straight to their stream's depot, which every thread shares.
+  /// A thread's bins keep blocks no other thread can use, so bins of large blocks would
+  /// keep one working set per thread; a depot costs a lock per call, small beside the
+  /// work a block above 64 KiB carries. 0: every block goes through the depots.
+  std::size_t thread_block_bytes = std::size_t{64} << 10;
+  /// A request of a shared class that its stream's depot lacks takes a block up to this
+  /// many classes larger from that depot (0 .. 4; a class is at most 1.25 times the one
+  /// below) before it asks the upstream for new memory: some waste for fewer blocks.
+  std::uint32_t depot_larger_classes = 2;
   /// Tell compute-sanitizer which blocks are cached, so that memcheck reports a kernel
   /// that touches one (XLOGRT_CACHE=nvtx in the default stack). Needs
   /// <xlogrt/resource/nvtx_marks.hpp> in the program. Costs a mutex and NVTX calls per
@@ -137,7 +150,8 @@ struct CacheStats {
   std::uint64_t bypasses = 0;            ///< requests above max_block_bytes (or with the layer off)
   std::uint64_t pressure_retries = 0;    ///< upstream failures retried after a trim
   std::uint64_t trims = 0;               ///< trim() calls, explicit or under pressure
-  std::uint64_t trimmed_blocks = 0;      ///< blocks given back to the upstream
+  std::uint64_t trimmed_blocks = 0;      ///< blocks given back to the upstream (evictions included)
+  std::uint64_t evictions = 0;           ///< misses that first gave back a larger idle block
   std::uint64_t trimmed_bytes = 0;
   std::uint64_t requested_bytes = 0;     ///< sum of the requests the classes served
   std::uint64_t granted_bytes = 0;       ///< sum of the blocks handed out for them
@@ -166,14 +180,15 @@ class Cached : public Adaptor<Upstream> {
  public:
   using Adaptor<Upstream>::upstream;
 
-  /// Options out of range are clamped (bin_blocks to 1 .. 16, max_block_bytes to 1 TiB),
+  /// Options out of range are clamped (bin_blocks to 1 .. 16, max_block_bytes to 1 TiB,
+  /// depot_larger_classes to 4),
   /// and nvtx_marks stays off in a program without the NVTX marks; create() refuses
   /// them instead.
   explicit Cached(Upstream up, CachedOptions options = {})
       : Adaptor<Upstream>(std::move(up)), state_(std::make_unique<State>(options)), ordinal_(upstream().device_ordinal()) {}
 
   /// Errors: invalid_argument for bin_blocks outside 1 .. 16, bin_bytes of 0, a
-  /// max_block_bytes above 1 TiB, or nvtx_marks in a program that does not include
+  /// max_block_bytes above 1 TiB, a depot_larger_classes above 4, or nvtx_marks in a program that does not include
   /// <xlogrt/resource/nvtx_marks.hpp>; out_of_memory when host memory runs out.
   static result<Cached> create(Upstream upstream, CachedOptions options = {}) noexcept {
     auto bad = [](const std::string& why) { return error{errc::invalid_argument, "CachedOptions: " + why}; };
@@ -182,6 +197,10 @@ class Cached : public Adaptor<Upstream> {
                  std::to_string(detail::MAX_BIN_BLOCKS));
     }
     if (options.bin_bytes == 0) return bad("bin_bytes is 0");
+    if (options.depot_larger_classes > MAX_LARGER_CLASSES) {
+      return bad("depot_larger_classes is " + std::to_string(options.depot_larger_classes) + ", not 0 to " +
+                 std::to_string(MAX_LARGER_CLASSES));
+    }
     if (options.max_block_bytes > MAX_CLASS_BYTES) {
       return bad("max_block_bytes is " + std::to_string(options.max_block_bytes) + ", above 1 TiB");
     }
@@ -252,7 +271,7 @@ class Cached : public Adaptor<Upstream> {
     auto next = upstream().recycle_block(b, b.alloc_stream());
     if (!next) [[unlikely]] return std::move(next).error();
     const detail::CachedEntry e{next->ptr(), next->id(), next->tag()};
-    if (st.marks.on()) [[unlikely]] st.marks.cached(e.ptr);
+    if (st.marks.on()) [[unlikely]] st.marks.cached(e.ptr, n);
     detail::ThreadCache* tc = c < st.thread_classes ? local(st) : nullptr;
     if (tc != nullptr && tc->claim.enter()) [[likely]] {
       detail::CacheBin* bins = tc->streams[s].load(std::memory_order_relaxed);
@@ -319,6 +338,7 @@ class Cached : public Adaptor<Upstream> {
     s.trims = st.trims.load(std::memory_order_relaxed);
     s.trimmed_blocks = st.trimmed_blocks.load(std::memory_order_relaxed);
     s.trimmed_bytes = st.trimmed_bytes.load(std::memory_order_relaxed);
+    s.evictions = st.evictions.load(std::memory_order_relaxed);
     s.requested_bytes += st.requested.load(std::memory_order_relaxed);
     s.granted_bytes += st.granted.load(std::memory_order_relaxed);
     return s;
@@ -331,6 +351,8 @@ class Cached : public Adaptor<Upstream> {
   using event_t = typename Upstream::driver_type::event_t;
   /// The largest max_block_bytes honoured.
   static constexpr std::size_t MAX_CLASS_BYTES = std::size_t{1} << 40;
+  /// The largest depot_larger_classes honoured (4 classes: at most twice the size).
+  static constexpr std::uint32_t MAX_LARGER_CLASSES = 4;
 
   /// The blocks of one stream that threads gave up from their bins, by class. `fresh`:
   /// not yet marked; `marked`: marked by `event`, not yet known complete; `done`: their
@@ -358,6 +380,7 @@ class Cached : public Adaptor<Upstream> {
       thread_classes = o.thread_block_bytes < detail::SMALLEST_CLASS ? 0 : detail::class_of(o.thread_block_bytes) + 1;
       if (thread_classes != 0 && detail::class_bytes(thread_classes - 1) > o.thread_block_bytes) --thread_classes;
       thread_classes = std::min(thread_classes, classes);
+      larger_classes = std::min(o.depot_larger_classes, MAX_LARGER_CLASSES);
       bin_cap.resize(classes);
       const std::uint32_t blocks = std::clamp<std::uint32_t>(o.bin_blocks, 1, detail::MAX_BIN_BLOCKS);
       for (std::uint32_t c = 0; c < classes; ++c) {
@@ -373,6 +396,7 @@ class Cached : public Adaptor<Upstream> {
     const std::uint64_t serial;
     std::uint32_t classes = 0;
     std::uint32_t thread_classes = 0;  // the classes kept in thread bins: the first ones
+    std::uint32_t larger_classes = 0;  // depot_larger_classes, clamped
     std::vector<std::uint32_t> bin_cap;  // by class
     detail::NvtxMarks marks;
 
@@ -385,7 +409,7 @@ class Cached : public Adaptor<Upstream> {
 
     // Slow-path counters (read-modify-writes: off the hit path).
     std::atomic<std::uint64_t> depot_hits{0}, moves{0}, misses{0}, bypasses{0}, pressure_retries{0};
-    std::atomic<std::uint64_t> trims{0}, trimmed_blocks{0}, trimmed_bytes{0};
+    std::atomic<std::uint64_t> trims{0}, trimmed_blocks{0}, trimmed_bytes{0}, evictions{0};
     std::atomic<std::uint64_t> requested{0}, granted{0};
     // The counts of thread caches swept away.
     std::atomic<std::uint64_t> retired_hits{0}, retired_requested{0}, retired_granted{0};
@@ -507,10 +531,7 @@ class Cached : public Adaptor<Upstream> {
     const std::size_t size = detail::class_bytes(c);
     if (st.marks.on()) st.marks.released(e.ptr);
     if (!upstream().deallocate(DeviceBlock{e.ptr, size, StreamId{s}, ordinal_, e.tag, e.id})) {
-      if (st.marks.on()) {  // still cached: watched again
-        st.marks.fresh(e.ptr, size);
-        st.marks.cached(e.ptr);
-      }
+      if (st.marks.on()) st.marks.cached(e.ptr, size);  // still cached: watched again
       return false;
     }
     st.trimmed_blocks.fetch_add(1, std::memory_order_relaxed);
@@ -556,13 +577,18 @@ class Cached : public Adaptor<Upstream> {
     if (auto h = upstream().stream_handle(stream); !h) return std::move(h).error();
     const std::size_t size = detail::class_bytes(c);
     std::optional<DeviceBlock> got = take_own_depot(st, stream, c, tag, tc);
+    if (c >= st.thread_classes) {
+      const std::uint32_t last = std::min(c + st.larger_classes, st.classes - 1);
+      for (std::uint32_t up = c + 1; !got && up <= last; ++up) got = take_own_depot(st, stream, up, tag, nullptr);
+    }
     if (got) {
       st.depot_hits.fetch_add(1, std::memory_order_relaxed);
-      if (st.marks.on()) st.marks.handed(got->ptr(), size);
+      if (st.marks.on()) st.marks.handed(got->ptr(), got->bytes());
     } else if (spill_other_bins(st, tc, stream.value, c); (got = take_across(st, stream, c, tag)).has_value()) {
       st.moves.fetch_add(1, std::memory_order_relaxed);
       if (st.marks.on()) st.marks.handed(got->ptr(), size);
     } else {
+      if (c >= st.thread_classes) evict_larger(st, stream, c);
       auto b = upstream().allocate(size, stream, tag);
       if (!b && (b.error().code() == errc::out_of_memory || b.error().code() == errc::out_of_budget) &&
           trim() > 0) {
@@ -575,7 +601,7 @@ class Cached : public Adaptor<Upstream> {
       got.emplace(std::move(*b));
     }
     st.requested.fetch_add(bytes, std::memory_order_relaxed);
-    st.granted.fetch_add(size, std::memory_order_relaxed);
+    st.granted.fetch_add(got->bytes(), std::memory_order_relaxed);
     return std::move(*got);
   }
 
@@ -624,6 +650,43 @@ class Cached : public Adaptor<Upstream> {
     if (mine) tc->claim.leave();
     if (!e) return std::nullopt;
     return hand_out(*e, detail::class_bytes(c), stream, tag);
+  }
+
+  /// How far above a miss's class evict_larger looks (8 classes: 4 times the size), so
+  /// that the memory it frees is not much larger than the block placed in it.
+  static constexpr std::uint32_t EVICT_CLASSES = 8;
+
+  /// Before a miss of shared class `c` on `stream`: gives back the smallest block of that
+  /// stream's depot from depot_larger_classes + 1 to EVICT_CLASSES classes above `c`
+  /// (at most 4 times its size). The upstream frees it in stream order on `stream`, so
+  /// the pool can place the new block in its memory at once, with no wait: the miss
+  /// trades an idle block for the one it needs instead of adding one (see the header).
+  void evict_larger(State& st, StreamId stream, std::uint32_t c) noexcept {
+    if (stream.value >= st.depot_streams.load(std::memory_order_acquire)) return;
+    Depot* d = st.depots[stream.value].load(std::memory_order_acquire);
+    if (d == nullptr) return;
+    const std::uint32_t last = std::min(c + EVICT_CLASSES, st.classes - 1);
+    for (std::uint32_t k = c + st.larger_classes + 1; k <= last; ++k) {
+      if (d->count[k].load(std::memory_order_relaxed) == 0) continue;
+      std::optional<detail::CachedEntry> e;
+      {
+        std::lock_guard lock(d->mu);
+        for (auto* list : {&d->fresh[k], &d->marked[k], &d->done[k]}) {
+          if (list->empty()) continue;
+          e = list->back();
+          list->pop_back();
+          depot_took(st, *d, k, 1);
+          break;
+        }
+      }
+      if (!e) continue;
+      if (give_back(st, stream.value, k, *e)) {
+        st.evictions.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        depot_put(st, stream.value, k, &*e);  // refused: kept
+      }
+      return;
+    }
   }
 
   /// Moves the calling thread's blocks of class `c` kept for other streams than `to` to
