@@ -774,37 +774,6 @@ TEST_CASE("NVTX marks: a block is a heap while the layer holds it, and a region 
                                           "unregion", "unheap"});
 }
 
-TEST_CASE("NVTX marks: a heap the tool refused when the block was fresh is registered when it is first cached",
-          "[cached]") {
-  // The tool refuses the first registration, as compute-sanitizer refuses a
-  // stream-ordered allocation its stream has not run yet.
-  static std::atomic<int> heaps{0};
-  static const detail::NvtxMemApi refuses_first{
-      spy_api.create_domain,
-      [](void* d, std::uint64_t p, std::size_t bytes) noexcept -> void* {
-        if (heaps.fetch_add(1) == 0) {
-          spy("heap refused");
-          return nullptr;
-        }
-        return spy_api.register_heap(d, p, bytes);
-      },
-      spy_api.unregister_heap, spy_api.register_region, spy_api.unregister_region};
-  heaps = 0;
-  NvtxApiSwap swap(&refuses_first);
-  g_spy.clear();
-  Rig<> rig(SimConfig{}, CachedOptions{.nvtx_marks = true});
-  auto& r = *rig.stack;
-  auto b = r.allocate(1000, StreamId{1}, AllocTag{});  // a miss: the tool refuses its heap
-  REQUIRE(b.has_value());
-  REQUIRE(r.deallocate(std::move(*b)).has_value());  // cached: registered now, no region
-  b = r.allocate(1024, StreamId{1}, AllocTag{});     // a hit: a region of that heap
-  REQUIRE(b.has_value());
-  REQUIRE(r.deallocate(std::move(*b)).has_value());
-  CHECK(r.trim() == 1024);
-  CHECK(g_spy == std::vector<std::string>{"domain xlogrt", "heap refused", "heap 1024", "region 1024", "unregion",
-                                          "unheap"});
-}
-
 TEST_CASE("NVTX marks: refused without the marks in the program, named; the real table marks on SimDriver",
           "[cached]") {
   auto make = [](const std::shared_ptr<StreamPool<SimDriver>>& streams, CachedOptions o) {

@@ -271,7 +271,7 @@ class Cached : public Adaptor<Upstream> {
     auto next = upstream().recycle_block(b, b.alloc_stream());
     if (!next) [[unlikely]] return std::move(next).error();
     const detail::CachedEntry e{next->ptr(), next->id(), next->tag()};
-    if (st.marks.on()) [[unlikely]] st.marks.cached(e.ptr, n);
+    if (st.marks.on()) [[unlikely]] st.marks.cached(e.ptr);
     detail::ThreadCache* tc = c < st.thread_classes ? local(st) : nullptr;
     if (tc != nullptr && tc->claim.enter()) [[likely]] {
       detail::CacheBin* bins = tc->streams[s].load(std::memory_order_relaxed);
@@ -531,7 +531,10 @@ class Cached : public Adaptor<Upstream> {
     const std::size_t size = detail::class_bytes(c);
     if (st.marks.on()) st.marks.released(e.ptr);
     if (!upstream().deallocate(DeviceBlock{e.ptr, size, StreamId{s}, ordinal_, e.tag, e.id})) {
-      if (st.marks.on()) st.marks.cached(e.ptr, size);  // still cached: watched again
+      if (st.marks.on()) {  // still cached: watched again
+        st.marks.fresh(e.ptr, size);
+        st.marks.cached(e.ptr);
+      }
       return false;
     }
     st.trimmed_blocks.fetch_add(1, std::memory_order_relaxed);
@@ -578,6 +581,8 @@ class Cached : public Adaptor<Upstream> {
     const std::size_t size = detail::class_bytes(c);
     std::optional<DeviceBlock> got = take_own_depot(st, stream, c, tag, tc);
     if (c >= st.thread_classes) {
+      // Larger classes from the stream's own depot only: taken from other streams, larger
+      // blocks leave the streams that use them, which then allocate more of them.
       const std::uint32_t last = std::min(c + st.larger_classes, st.classes - 1);
       for (std::uint32_t up = c + 1; !got && up <= last; ++up) got = take_own_depot(st, stream, up, tag, nullptr);
     }
@@ -586,7 +591,7 @@ class Cached : public Adaptor<Upstream> {
       if (st.marks.on()) st.marks.handed(got->ptr(), got->bytes());
     } else if (spill_other_bins(st, tc, stream.value, c); (got = take_across(st, stream, c, tag)).has_value()) {
       st.moves.fetch_add(1, std::memory_order_relaxed);
-      if (st.marks.on()) st.marks.handed(got->ptr(), size);
+      if (st.marks.on()) st.marks.handed(got->ptr(), got->bytes());
     } else {
       if (c >= st.thread_classes) evict_larger(st, stream, c);
       auto b = upstream().allocate(size, stream, tag);

@@ -11,11 +11,6 @@
 // cache (the heap without a region), as it reports an access to freed memory. The heap
 // is unregistered before the block goes back to the upstream.
 //
-// A registration the tool refuses is tried again when the block first enters the cache.
-// The tool may refuse a block fresh from the upstream: a stream-ordered allocation
-// exists for it only once its stream has run it, and the layer hands the block out as
-// soon as the host call returns; by the time a user frees it, its stream has used it.
-//
 // The NVTX calls go through a table of five functions (NvtxMemApi) that
 // <xlogrt/resource/nvtx_marks.hpp> installs when a program includes it. NVTX's headers
 // compile its whole implementation into every translation unit that includes them,
@@ -64,7 +59,16 @@ class NvtxMarks {
 
   /// A block the layer took from its upstream and hands to a user.
   void fresh(std::uint64_t ptr, std::size_t bytes) noexcept {
-    if (watch(ptr, bytes)) handed(ptr, bytes);
+    void* h = api_->register_heap(domain_, ptr, bytes);
+    if (h == nullptr) return;
+    try {
+      std::lock_guard lock(mu_);
+      heaps_[ptr] = h;
+    } catch (...) {
+      api_->unregister_heap(domain_, h);  // no heap: the block is not watched, never wrongly
+      return;
+    }
+    handed(ptr, bytes);
   }
 
   /// A cached block handed to a user again.
@@ -73,14 +77,9 @@ class NvtxMarks {
     if (h != nullptr) api_->register_region(domain_, h, ptr, bytes);
   }
 
-  /// A block back in the cache: no user may touch it. A block whose heap the tool refused
-  /// when it was fresh is registered now, a heap with no region.
-  void cached(std::uint64_t ptr, std::size_t bytes) noexcept {
-    if (heap_of(ptr) != nullptr) {
-      api_->unregister_region(domain_, ptr);
-    } else {
-      (void)watch(ptr, bytes);
-    }
+  /// A block back in the cache: no user may touch it.
+  void cached(std::uint64_t ptr) noexcept {
+    if (heap_of(ptr) != nullptr) api_->unregister_region(domain_, ptr);
   }
 
   /// A cached block about to go back to the upstream.
@@ -97,21 +96,6 @@ class NvtxMarks {
   }
 
  private:
-  /// Registers the block as a heap; false when the tool refused it or host memory ran
-  /// out (the block is then not watched, never wrongly).
-  bool watch(std::uint64_t ptr, std::size_t bytes) noexcept {
-    void* h = api_->register_heap(domain_, ptr, bytes);
-    if (h == nullptr) return false;
-    try {
-      std::lock_guard lock(mu_);
-      heaps_[ptr] = h;
-    } catch (...) {
-      api_->unregister_heap(domain_, h);
-      return false;
-    }
-    return true;
-  }
-
   void* heap_of(std::uint64_t ptr) noexcept {
     std::lock_guard lock(mu_);
     auto it = heaps_.find(ptr);
