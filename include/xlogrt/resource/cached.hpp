@@ -230,7 +230,7 @@ class Cached : public Adaptor<Upstream> {
     State& st = *state_;
     const std::uint32_t c = detail::class_of(bytes);
     if (c >= st.thread_classes || bytes == 0 || stream.value >= detail::CACHE_STREAMS) [[unlikely]] {
-      return allocate_general(bytes, stream, tag, nullptr);  // tc: null, no bin of this class
+      return allocate_general(bytes, stream, tag, local(st));
     }
     detail::ThreadCache* tc = local(st);
     if (tc != nullptr && tc->claim.enter()) [[likely]] {
@@ -323,14 +323,16 @@ class Cached : public Adaptor<Upstream> {
       s.hits = st.retired_hits.load(std::memory_order_relaxed);
       s.requested_bytes = st.retired_requested.load(std::memory_order_relaxed);
       s.granted_bytes = st.retired_granted.load(std::memory_order_relaxed);
+      s.depot_hits = st.retired_depot_hits.load(std::memory_order_relaxed);
       for (const auto& tc : st.caches) {
         s.hits += tc->hits.load(std::memory_order_relaxed);
+        s.depot_hits += tc->depot_hits.load(std::memory_order_relaxed);
         s.requested_bytes += tc->requested.load(std::memory_order_relaxed);
         s.granted_bytes += tc->granted.load(std::memory_order_relaxed);
       }
       s.cached_bytes = cached_bytes_locked(&s.cached_bytes_per_class);
     }
-    s.depot_hits = st.depot_hits.load(std::memory_order_relaxed);
+    s.depot_hits += st.depot_hits.load(std::memory_order_relaxed);
     s.cross_stream_moves = st.moves.load(std::memory_order_relaxed);
     s.misses = st.misses.load(std::memory_order_relaxed);
     s.bypasses = st.bypasses.load(std::memory_order_relaxed);
@@ -412,7 +414,7 @@ class Cached : public Adaptor<Upstream> {
     std::atomic<std::uint64_t> trims{0}, trimmed_blocks{0}, trimmed_bytes{0}, evictions{0};
     std::atomic<std::uint64_t> requested{0}, granted{0};
     // The counts of thread caches swept away.
-    std::atomic<std::uint64_t> retired_hits{0}, retired_requested{0}, retired_granted{0};
+    std::atomic<std::uint64_t> retired_hits{0}, retired_depot_hits{0}, retired_requested{0}, retired_granted{0};
   };
 
   /// The calling thread's cache of this instance; null when host memory ran out.
@@ -455,6 +457,7 @@ class Cached : public Adaptor<Upstream> {
       tc->claim.claim();
       drain(st, *tc, [&](std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) { depot_put(st, s, c, &e); });
       st.retired_hits.fetch_add(tc->hits.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      st.retired_depot_hits.fetch_add(tc->depot_hits.load(std::memory_order_relaxed), std::memory_order_relaxed);
       st.retired_requested.fetch_add(tc->requested.load(std::memory_order_relaxed), std::memory_order_relaxed);
       st.retired_granted.fetch_add(tc->granted.load(std::memory_order_relaxed), std::memory_order_relaxed);
       tc->detached.store(true, std::memory_order_release);
@@ -587,7 +590,11 @@ class Cached : public Adaptor<Upstream> {
       for (std::uint32_t up = c + 1; !got && up <= last; ++up) got = take_own_depot(st, stream, up, tag, nullptr);
     }
     if (got) {
-      st.depot_hits.fetch_add(1, std::memory_order_relaxed);
+      if (tc != nullptr) {  // counted by the thread: no read-modify-write on a shared line
+        detail::bump(tc->depot_hits);
+      } else {
+        st.depot_hits.fetch_add(1, std::memory_order_relaxed);
+      }
       if (st.marks.on()) st.marks.handed(got->ptr(), got->bytes());
     } else if (spill_other_bins(st, tc, stream.value, c); (got = take_across(st, stream, c, tag)).has_value()) {
       st.moves.fetch_add(1, std::memory_order_relaxed);
@@ -605,8 +612,13 @@ class Cached : public Adaptor<Upstream> {
       if (st.marks.on()) st.marks.fresh(b->ptr(), size);
       got.emplace(std::move(*b));
     }
-    st.requested.fetch_add(bytes, std::memory_order_relaxed);
-    st.granted.fetch_add(got->bytes(), std::memory_order_relaxed);
+    if (tc != nullptr) {
+      detail::bump(tc->requested, bytes);
+      detail::bump(tc->granted, got->bytes());
+    } else {
+      st.requested.fetch_add(bytes, std::memory_order_relaxed);
+      st.granted.fetch_add(got->bytes(), std::memory_order_relaxed);
+    }
     return std::move(*got);
   }
 
@@ -625,7 +637,7 @@ class Cached : public Adaptor<Upstream> {
     if (stream.value >= st.depot_streams.load(std::memory_order_acquire)) return std::nullopt;
     Depot* d = st.depots[stream.value].load(std::memory_order_acquire);
     if (d == nullptr || d->count[c].load(std::memory_order_relaxed) == 0) return std::nullopt;
-    const bool mine = tc != nullptr && tc->claim.enter();
+    const bool mine = tc != nullptr && c < st.thread_classes && tc->claim.enter();  // a bin to refill
     detail::CacheBin* bins = mine ? tc->bins_of(stream.value) : nullptr;
     std::optional<detail::CachedEntry> e;
     {
@@ -698,7 +710,7 @@ class Cached : public Adaptor<Upstream> {
   /// their streams' depots, where take_across can mark them and, once their frees are
   /// complete, move them: a thread whose work changes streams reuses its own memory.
   void spill_other_bins(State& st, detail::ThreadCache* tc, std::uint32_t to, std::uint32_t c) noexcept {
-    if (tc == nullptr || !tc->claim.enter()) return;
+    if (tc == nullptr || c >= st.thread_classes || !tc->claim.enter()) return;
     spill_bins(st, *tc, to, c);
     tc->claim.leave();
   }

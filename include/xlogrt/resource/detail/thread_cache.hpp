@@ -9,8 +9,9 @@
 // marks its caches `orphaned` (the instance sweeps them into its depots), an instance
 // that is destroyed marks them `detached` (the threads drop them on their next lookup).
 // Everything a ThreadCache holds is used by its owner under its OwnerClaim, or by a
-// reclaimer that holds the claim; the counts below are atomics only so that statistics
-// can take a moment's view of them from any thread.
+// reclaimer that holds the claim. Its counters are written by the owner alone, with or
+// without the claim; they are atomics only so that statistics can take a moment's view
+// of them from any thread.
 
 #include <array>
 #include <atomic>
@@ -73,6 +74,7 @@ struct ThreadCache {
   alignas(64) std::array<std::atomic<CacheBin*>, CACHE_STREAMS> streams{};
   // The owner's counters (see CacheStats).
   alignas(64) std::atomic<std::uint64_t> hits{0};
+  std::atomic<std::uint64_t> depot_hits{0};
   std::atomic<std::size_t> held{0};  ///< bytes in its bins (CachedOptions::thread_bytes)
   std::atomic<std::uint64_t> requested{0};
   std::atomic<std::uint64_t> granted{0};
