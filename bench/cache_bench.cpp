@@ -316,10 +316,12 @@ int run_bench(D& drv, const char* where, const Options& opt) {
 
   const CacheStats b = bare.stats(), d = rt_cache.stats();
   for (const auto& [name, s] : {std::pair{"Cached<AsyncCuda>", b}, std::pair{"DefaultStack's Cached", d}}) {
-    std::printf("%s: %llu hits, %llu depot hits, %llu cross-stream moves, %llu misses, %llu bypasses; waste %.2f %% "
-                "of granted bytes\n",
+    std::printf("%s: %llu hits, %llu depot hits, %llu cross-stream moves, %llu from other threads' bins, %llu misses "
+                "(%llu evicting a larger block), %llu bypasses; waste %.2f %% of granted bytes\n",
                 name, static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.depot_hits),
-                static_cast<unsigned long long>(s.cross_stream_moves), static_cast<unsigned long long>(s.misses),
+                static_cast<unsigned long long>(s.cross_stream_moves),
+                static_cast<unsigned long long>(s.from_other_threads), static_cast<unsigned long long>(s.misses),
+                static_cast<unsigned long long>(s.evictions),
                 static_cast<unsigned long long>(s.bypasses),
                 s.granted_bytes ? 100.0 * static_cast<double>(s.waste_bytes()) / static_cast<double>(s.granted_bytes) : 0.0);
   }

@@ -10,7 +10,7 @@
 // thread (freed at the start of its next round) and frees the rest once C is
 // synchronised. Every --every rounds it prints one line: rounds, the users' bytes, the
 // cached bytes (in thread-bin classes, in shared classes up to 1 MiB and above), misses,
-// evictions and cross-stream moves. XLOGRT_CACHE sets the layer's sizes, as in the default
+// evictions, cross-stream moves and blocks taken from other threads' bins. XLOGRT_CACHE sets the layer's sizes, as in the default
 // stack (e.g. XLOGRT_CACHE=thread_block_bytes=1G keeps every class in the thread bins).
 //
 // usage: cache_footprint [--threads T (16)] [--streams S (8)] [--rounds R per thread (100000)]
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
               "thread_bytes %zu, depot_bytes %zu\n",
               threads, streams, rounds, opt.thread_block_bytes, opt.bin_bytes, opt.thread_bytes, opt.depot_bytes);
   std::printf("| rounds | users' MiB | cached MiB | in thread-bin classes | shared, to 1 MiB | shared, above | misses | "
-              "evictions | cross-stream moves |\n|---|---|---|---|---|---|---|---|---|\n");
+              "evictions | cross-stream moves | from other threads' bins |\n|---|---|---|---|---|---|---|---|---|---|\n");
 
   std::vector<std::mutex> mu(threads);
   std::vector<std::vector<DeviceBlock>> mail(threads);
@@ -144,6 +144,16 @@ int main(int argc, char** argv) {
       for (auto& b : kept) free_one(std::move(b));
       done.fetch_add(1, std::memory_order_relaxed);
     }
+    // Blocks handed to this thread go on being freed until every thread is done.
+    while (done.load(std::memory_order_relaxed) < rounds * threads) {
+      {
+        std::lock_guard lock(mu[t]);
+        m.swap(mail[t]);
+      }
+      for (auto& b : m) free_one(std::move(b));
+      m.clear();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   };
   std::vector<std::thread> workers;
   for (unsigned t = 0; t < threads; ++t) workers.emplace_back(worker, t);
@@ -157,9 +167,9 @@ int main(int argc, char** argv) {
       (bytes <= opt.thread_block_bytes ? bins : bytes <= (std::size_t{1} << 20) ? mid : large) +=
           static_cast<double>(s.cached_bytes_per_class[c]);
     }
-    std::printf("| %llu | %.1f | %.1f | %.1f | %.1f | %.1f | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " |\n",
+    std::printf("| %llu | %.1f | %.1f | %.1f | %.1f | %.1f | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " |\n",
                 done.load(), static_cast<double>(users.load()) / MIB, static_cast<double>(s.cached_bytes) / MIB,
-                bins / MIB, mid / MIB, large / MIB, s.misses, s.evictions, s.cross_stream_moves);
+                bins / MIB, mid / MIB, large / MIB, s.misses, s.evictions, s.cross_stream_moves, s.from_other_threads);
     std::fflush(stdout);
     if (next >= total) break;
   }

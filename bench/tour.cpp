@@ -97,12 +97,13 @@ void print_cache(const R& cache) {
   const CacheStats s = cache.stats();
   std::printf("  Cached (freed blocks kept for the next allocations): of %llu allocations, %llu came from the\n"
               "    thread's own bin, %llu from its stream's depot (which every thread shares: blocks above %s\n"
-              "    always go through it), %llu moved across streams (their free complete on the GPU) and %llu\n"
-              "    from the pool (a driver call); %s cached now%s\n",
+              "    always go through it), %llu moved across streams (their free complete on the GPU), %llu\n"
+              "    from another thread's bin and %llu from the pool (a driver call); %s cached now%s\n",
               static_cast<unsigned long long>(s.allocations()), static_cast<unsigned long long>(s.hits),
               static_cast<unsigned long long>(s.depot_hits), size(cache.options().thread_block_bytes).c_str(),
               static_cast<unsigned long long>(s.cross_stream_moves),
-              static_cast<unsigned long long>(s.misses), size(s.cached_bytes).c_str(),
+              static_cast<unsigned long long>(s.from_other_threads), static_cast<unsigned long long>(s.misses),
+              size(s.cached_bytes).c_str(),
               cache.options().enabled ? "" : " (the layer is off)");
 }
 

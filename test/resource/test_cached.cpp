@@ -548,10 +548,13 @@ TEST_CASE("what the layer keeps is bounded by thread_bytes and depot_bytes, howe
   CHECK(bounded > 0);
 }
 
-TEST_CASE("blocks above thread_block_bytes are shared through the depot: one set for every thread", "[cached]") {
+TEST_CASE("one set of blocks serves every thread: through the depot, or taken from another thread's bin",
+          "[cached]") {
   // 8 threads take turns on stream 0, each allocating and freeing 4 blocks of 4 MiB. Kept
-  // in the freeing thread's bins, each thread's blocks would serve that thread alone:
-  // 8 x 4 blocks from the pool. Shared through the depot, the first 4 serve every turn.
+  // in the freeing thread's bins and nowhere else, each thread's blocks would serve that
+  // thread alone: 8 x 4 blocks from the pool. Shared through the depot (above
+  // thread_block_bytes), or taken from the bin that holds them before a miss (below it),
+  // the first 4 serve every turn.
   auto run = [](std::size_t thread_block_bytes) {
     Rig<> rig({}, CachedOptions{.thread_block_bytes = thread_block_bytes});
     auto& r = *rig.stack;
@@ -585,15 +588,17 @@ TEST_CASE("blocks above thread_block_bytes are shared through the depot: one set
     REQUIRE(failures.load() == 0);
     const CacheStats s = r.stats();
     CHECK(s.allocations() == 8 * 3 * 4);
+    CHECK(s.misses == 4);
+    CHECK(s.cached_bytes == std::size_t{16} << 20);
     CHECK(r.bytes_outstanding() == 0);
-    return std::pair{s.misses, s.cached_bytes};
+    return s;
   };
-  const auto [shared_misses, shared_cached] = run(std::size_t{1} << 20);
-  CHECK(shared_misses == 4);
-  CHECK(shared_cached == std::size_t{16} << 20);
-  const auto [own_misses, own_cached] = run(std::size_t{8} << 20);  // 4 MiB blocks in thread bins
-  CHECK(own_misses == 8 * 4);
-  CHECK(own_cached == std::size_t{8} * (16 << 20));
+  const CacheStats shared = run(std::size_t{1} << 20);
+  CHECK(shared.from_other_threads == 0);
+  CHECK(shared.depot_hits == 7 * 3 * 4 + 2 * 4);  // every allocation but the first round's
+  const CacheStats bins = run(std::size_t{8} << 20);  // 4 MiB blocks in thread bins
+  CHECK(bins.from_other_threads == 7 * 4);            // each later thread's first round
+  CHECK(bins.hits == 8 * 2 * 4);
 }
 
 TEST_CASE("a shared class the depot lacks takes a block up to depot_larger_classes larger, else evicts one",

@@ -46,7 +46,11 @@
 // but the upstream block's own lock (taken by the recycle) and the owner's announcement
 // of OwnerClaim (detail/cache_claim.hpp), both on lines no other thread writes in that
 // pattern. A block freed by another thread than the one that allocated it goes to the
-// freeing thread's bin and, batched, through the depot to the allocating one.
+// freeing thread's bin and, batched, through the depot to the allocating one. Before a
+// miss of a bin class, a thread takes an idle block of that class and stream from
+// another thread's bin, claiming that cache as trim does (take_from_threads): a bin keeps
+// its blocks from every other thread, and without this each thread would end up holding
+// its own set of every class on every stream.
 //
 // Memory pressure. trim() gives every cached block back to the upstream: it claims each
 // thread's cache in turn (OwnerClaim: the owner backs off to its slow path meanwhile),
@@ -146,6 +150,7 @@ struct CacheStats {
   std::uint64_t hits = 0;                ///< allocations served from the thread's own bin
   std::uint64_t depot_hits = 0;          ///< ... from its stream's depot
   std::uint64_t cross_stream_moves = 0;  ///< ... from another stream's depot, its free complete
+  std::uint64_t from_other_threads = 0;  ///< ... from another thread's bin for the stream
   std::uint64_t misses = 0;              ///< allocations the upstream served (the cache had none)
   std::uint64_t bypasses = 0;            ///< requests above max_block_bytes (or with the layer off)
   std::uint64_t pressure_retries = 0;    ///< upstream failures retried after a trim
@@ -162,7 +167,9 @@ struct CacheStats {
 
   /// Bytes handed out beyond what was asked for (internal fragmentation), cumulative.
   std::uint64_t waste_bytes() const noexcept { return granted_bytes - requested_bytes; }
-  std::uint64_t allocations() const noexcept { return hits + depot_hits + cross_stream_moves + misses; }
+  std::uint64_t allocations() const noexcept {
+    return hits + depot_hits + cross_stream_moves + from_other_threads + misses;
+  }
 };
 
 /// Steps of the cross-stream hand-off. A test seam: the hazard test derives a broken
@@ -334,6 +341,7 @@ class Cached : public Adaptor<Upstream> {
     }
     s.depot_hits += st.depot_hits.load(std::memory_order_relaxed);
     s.cross_stream_moves = st.moves.load(std::memory_order_relaxed);
+    s.from_other_threads = st.steals.load(std::memory_order_relaxed);
     s.misses = st.misses.load(std::memory_order_relaxed);
     s.bypasses = st.bypasses.load(std::memory_order_relaxed);
     s.pressure_retries = st.pressure_retries.load(std::memory_order_relaxed);
@@ -410,7 +418,7 @@ class Cached : public Adaptor<Upstream> {
     std::atomic<std::size_t> depot_held{0};       // bytes in every depot (written under their locks)
 
     // Slow-path counters (read-modify-writes: off the hit path).
-    std::atomic<std::uint64_t> depot_hits{0}, moves{0}, misses{0}, bypasses{0}, pressure_retries{0};
+    std::atomic<std::uint64_t> depot_hits{0}, moves{0}, steals{0}, misses{0}, bypasses{0}, pressure_retries{0};
     std::atomic<std::uint64_t> trims{0}, trimmed_blocks{0}, trimmed_bytes{0}, evictions{0};
     std::atomic<std::uint64_t> requested{0}, granted{0};
     // The counts of thread caches swept away.
@@ -599,6 +607,9 @@ class Cached : public Adaptor<Upstream> {
     } else if (spill_other_bins(st, tc, stream.value, c); (got = take_across(st, stream, c, tag)).has_value()) {
       st.moves.fetch_add(1, std::memory_order_relaxed);
       if (st.marks.on()) st.marks.handed(got->ptr(), got->bytes());
+    } else if (c < st.thread_classes && (got = take_from_threads(st, tc, stream, c, tag)).has_value()) {
+      st.steals.fetch_add(1, std::memory_order_relaxed);
+      if (st.marks.on()) st.marks.handed(got->ptr(), got->bytes());
     } else {
       if (c >= st.thread_classes) evict_larger(st, stream, c);
       auto b = upstream().allocate(size, stream, tag);
@@ -665,6 +676,36 @@ class Cached : public Adaptor<Upstream> {
       }
     }
     if (mine) tc->claim.leave();
+    if (!e) return std::nullopt;
+    return hand_out(*e, detail::class_bytes(c), stream, tag);
+  }
+
+  /// A block of thread-bin class `c` from another thread's bin for `stream`, claimed as
+  /// trim claims a cache (the owner backs off to its slow path meanwhile), before a miss:
+  /// a bin keeps its blocks from every other thread, and without this a thread would take
+  /// new memory while another's bin holds an idle block of the class on the stream (the
+  /// block was freed on `stream`, so it may be handed out there at once).
+  std::optional<DeviceBlock> take_from_threads(State& st, const detail::ThreadCache* self, StreamId stream,
+                                               std::uint32_t c, AllocTag tag) noexcept {
+    std::optional<detail::CachedEntry> e;
+    {
+      std::lock_guard lock(st.registry_mu);
+      for (const auto& other : st.caches) {
+        if (other.get() == self) continue;
+        detail::CacheBin* bins = other->streams[stream.value].load(std::memory_order_acquire);
+        if (bins == nullptr || bins[c].n.load(std::memory_order_relaxed) == 0) continue;  // a moment's view
+        other->claim.claim();
+        const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
+        if (n != 0) {
+          e = bins[c].items[n - 1];
+          bins[c].n.store(n - 1, std::memory_order_relaxed);
+          other->held.store(other->held.load(std::memory_order_relaxed) - detail::class_bytes(c),
+                            std::memory_order_relaxed);
+        }
+        other->claim.release();
+        if (e) break;
+      }
+    }
     if (!e) return std::nullopt;
     return hand_out(*e, detail::class_bytes(c), stream, tag);
   }
