@@ -179,7 +179,8 @@ TEST_CASE("create() refuses options out of range with a named error", "[cached]"
   auto pool = StreamPool<SimDriver>::create(*dev, 2);
   REQUIRE(pool.has_value());
   for (CachedOptions bad : {CachedOptions{.bin_blocks = 0}, CachedOptions{.bin_blocks = 17},
-                            CachedOptions{.bin_bytes = 0}, CachedOptions{.max_block_bytes = std::size_t{1} << 41}}) {
+                            CachedOptions{.bin_bytes = 0}, CachedOptions{.max_block_bytes = std::size_t{1} << 41},
+                            CachedOptions{.depot_larger_classes = 5}}) {
     auto c = Cached<AsyncCuda<SimDriver>>::create(*AsyncCuda<SimDriver>::create(*pool), bad);
     REQUIRE_FALSE(c);
     CHECK(c.error().code() == errc::invalid_argument);

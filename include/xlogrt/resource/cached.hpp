@@ -188,15 +188,15 @@ class Cached : public Adaptor<Upstream> {
   using Adaptor<Upstream>::upstream;
 
   /// Options out of range are clamped (bin_blocks to 1 .. 16, max_block_bytes to 1 TiB,
-  /// depot_larger_classes to 4),
-  /// and nvtx_marks stays off in a program without the NVTX marks; create() refuses
-  /// them instead.
+  /// depot_larger_classes to 4), and nvtx_marks stays off in a program without the NVTX
+  /// marks; create() refuses them instead.
   explicit Cached(Upstream up, CachedOptions options = {})
       : Adaptor<Upstream>(std::move(up)), state_(std::make_unique<State>(options)), ordinal_(upstream().device_ordinal()) {}
 
   /// Errors: invalid_argument for bin_blocks outside 1 .. 16, bin_bytes of 0, a
-  /// max_block_bytes above 1 TiB, a depot_larger_classes above 4, or nvtx_marks in a program that does not include
-  /// <xlogrt/resource/nvtx_marks.hpp>; out_of_memory when host memory runs out.
+  /// max_block_bytes above 1 TiB, a depot_larger_classes above 4, or nvtx_marks in a
+  /// program that does not include <xlogrt/resource/nvtx_marks.hpp>; out_of_memory when
+  /// host memory runs out.
   static result<Cached> create(Upstream upstream, CachedOptions options = {}) noexcept {
     auto bad = [](const std::string& why) { return error{errc::invalid_argument, "CachedOptions: " + why}; };
     if (options.bin_blocks < 1 || options.bin_blocks > detail::MAX_BIN_BLOCKS) {
