@@ -10,8 +10,9 @@
 // thread (freed at the start of its next round) and frees the rest once C is
 // synchronised. Every --every rounds it prints one line: rounds, the users' bytes, the
 // cached bytes (in thread-bin classes, in shared classes up to 1 MiB and above), misses,
-// evictions, cross-stream moves and blocks taken from other threads' bins. XLOGRT_CACHE sets the layer's sizes, as in the default
-// stack (e.g. XLOGRT_CACHE=thread_block_bytes=1G keeps every class in the thread bins).
+// evictions, cross-stream moves and blocks taken from other threads' bins. It runs the
+// default stack, which XLOGRT_CACHE configures (e.g. XLOGRT_CACHE=thread_block_bytes=1G
+// keeps every class in the thread bins).
 //
 // usage: cache_footprint [--threads T (16)] [--streams S (8)] [--rounds R per thread (100000)]
 //                        [--every N rounds in all (200000)] [--seed N]
@@ -35,7 +36,7 @@ using namespace xlogrt;
 
 namespace {
 
-using Stack = Cached<Budget<AsyncCuda<SimDriver>>>;
+using Stack = DefaultStackOn<SimDriver>;
 constexpr double MIB = 1024.0 * 1024.0;
 
 std::size_t pick_size(std::mt19937_64& rng) {
@@ -71,22 +72,15 @@ int main(int argc, char** argv) {
   }
   if (argc % 2 == 0) fail(std::string(argv[argc - 1]) + " needs a value");
 
-  CachedOptions opt;
-  const EnvConfig env = check(read_env_config(), "reading XLOGRT_CACHE");
-  const auto& z = env.cache_sizes;
-  opt.max_block_bytes = z.max_block_bytes.value_or(opt.max_block_bytes);
-  opt.thread_block_bytes = z.thread_block_bytes.value_or(opt.thread_block_bytes);
-  opt.bin_bytes = z.bin_bytes.value_or(opt.bin_bytes);
-  opt.thread_bytes = z.thread_bytes.value_or(opt.thread_bytes);
-  opt.depot_bytes = z.depot_bytes.value_or(opt.depot_bytes);
-
   // Untouched memory is never filled, so a large simulated device costs no host memory.
   SimDriver sim(SimConfig{.devices = 1, .memory_bytes = std::size_t{64} << 30, .check_hazards = false,
                           .fill_memory = false});
   auto dev = check(Device<SimDriver>::open(sim, 0), "opening the simulated device");
   auto pool = check(StreamPool<SimDriver>::create(dev, streams), "creating the streams");
-  auto base = check(AsyncCuda<SimDriver>::create(pool), "creating AsyncCuda");
-  Stack stack = check(Stack::create(Budget<AsyncCuda<SimDriver>>(std::move(base)), opt), "creating the layer");
+  // The default stack, configured from the environment as try_get configures it.
+  Stack stack = check(StackBuilder<Stack>::build(pool), "building the default stack");
+  auto& cache = *find_layer<Cached>(stack);
+  const CachedOptions& opt = cache.options();
 
   std::printf("# cache_footprint: %u threads, %u streams, %llu rounds each; thread_block_bytes %zu, bin_bytes %zu, "
               "thread_bytes %zu, depot_bytes %zu\n",
@@ -160,7 +154,7 @@ int main(int argc, char** argv) {
   const unsigned long long total = rounds * threads;
   for (unsigned long long next = every;; next += every) {
     while (done.load(std::memory_order_relaxed) < std::min(next, total)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    const CacheStats s = stack.stats();
+    const CacheStats s = cache.stats();
     double bins = 0, mid = 0, large = 0;
     for (std::uint32_t c = 0; c < s.cached_bytes_per_class.size(); ++c) {
       const std::size_t bytes = detail::class_bytes(c);
@@ -177,7 +171,7 @@ int main(int argc, char** argv) {
   for (auto& box : mail) {
     for (auto& b : box) free_one(std::move(b));
   }
-  (void)stack.trim();
+  (void)cache.trim();
   sim.run_until_idle();
   check(stack.reap_pending(), "reap_pending");
   if (stack.bytes_outstanding() != 0 || users.load() != 0) fail("bytes left at the end");

@@ -598,17 +598,13 @@ class Cached : public Adaptor<Upstream> {
       for (std::uint32_t up = c + 1; !got && up <= last; ++up) got = take_own_depot(st, stream, up, tag, nullptr);
     }
     if (got) {
-      if (tc != nullptr) {  // counted by the thread: no read-modify-write on a shared line
-        detail::bump(tc->depot_hits);
-      } else {
-        st.depot_hits.fetch_add(1, std::memory_order_relaxed);
-      }
-      if (st.marks.on()) st.marks.handed(got->ptr(), got->bytes());
+      count(tc, &detail::ThreadCache::depot_hits, st.depot_hits);
     } else if (spill_other_bins(st, tc, stream.value, c); (got = take_across(st, stream, c, tag)).has_value()) {
       st.moves.fetch_add(1, std::memory_order_relaxed);
-      if (st.marks.on()) st.marks.handed(got->ptr(), got->bytes());
     } else if (c < st.thread_classes && (got = take_from_threads(st, tc, stream, c, tag)).has_value()) {
       st.steals.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (got) {
       if (st.marks.on()) st.marks.handed(got->ptr(), got->bytes());
     } else {
       if (c >= st.thread_classes) evict_larger(st, stream, c);
@@ -623,14 +619,20 @@ class Cached : public Adaptor<Upstream> {
       if (st.marks.on()) st.marks.fresh(b->ptr(), size);
       got.emplace(std::move(*b));
     }
-    if (tc != nullptr) {
-      detail::bump(tc->requested, bytes);
-      detail::bump(tc->granted, got->bytes());
-    } else {
-      st.requested.fetch_add(bytes, std::memory_order_relaxed);
-      st.granted.fetch_add(got->bytes(), std::memory_order_relaxed);
-    }
+    count(tc, &detail::ThreadCache::requested, st.requested, bytes);
+    count(tc, &detail::ThreadCache::granted, st.granted, got->bytes());
     return std::move(*got);
+  }
+
+  /// Adds `n` to a count: to the calling thread's own (a plain store on a line no other
+  /// thread writes) when it has a cache, else to the shared one.
+  static void count(detail::ThreadCache* tc, std::atomic<std::uint64_t> detail::ThreadCache::*mine,
+                    std::atomic<std::uint64_t>& shared, std::uint64_t n = 1) noexcept {
+    if (tc != nullptr) {
+      detail::bump(tc->*mine, n);
+    } else {
+      shared.fetch_add(n, std::memory_order_relaxed);
+    }
   }
 
   /// Cached block `e` as its next owner's, of `size` bytes on `stream` under `tag`. The

@@ -82,9 +82,10 @@ inline std::string printable(std::string_view text) {
 /// Parses a byte count: digits, optional spaces, an optional K/M/G/T (any case) optionally
 /// followed by "B" or "iB", or a bare "B". Errors: invalid_argument (malformed, zero, or
 /// more than `max` bytes), the message naming `what` and the text (escaped: see
-/// detail::printable).
+/// detail::printable), and for zero, `zero_means` after "is zero".
 inline result<std::size_t> parse_byte_size(std::string_view text, std::string_view what = "byte size",
-                                           std::uint64_t max = std::numeric_limits<std::size_t>::max()) {
+                                           std::uint64_t max = std::numeric_limits<std::size_t>::max(),
+                                           std::string_view zero_means = {}) {
   auto bad = [&](std::string_view why) {
     return error{errc::invalid_argument, std::string(what) + "='" + detail::printable(text) + "' " +
                                              std::string(why) +
@@ -123,11 +124,7 @@ inline result<std::size_t> parse_byte_size(std::string_view text, std::string_vi
     }
     if (!rest.empty()) return bad("has an unknown suffix");
   }
-  if (v == 0) {
-    return bad(what == ENV_BUDGET_BYTES
-                   ? "is zero (a budget of 0 bytes would refuse every allocation; unset the variable for no budget)"
-                   : "is zero");
-  }
+  if (v == 0) return bad("is zero" + std::string(zero_means));
   if (shift != 0 && v > (std::numeric_limits<std::uint64_t>::max() >> shift)) return bad("is too large");
   v <<= shift;
   if (v > std::numeric_limits<std::size_t>::max() || v > max) {
@@ -143,7 +140,8 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
                                           const char* cache = nullptr) {
   EnvConfig c;
   if (budget_bytes != nullptr && *budget_bytes != '\0') {
-    auto b = parse_byte_size(budget_bytes, ENV_BUDGET_BYTES, MAX_BUDGET_BYTES);
+    auto b = parse_byte_size(budget_bytes, ENV_BUDGET_BYTES, MAX_BUDGET_BYTES,
+                             " (a budget of 0 bytes would refuse every allocation; unset the variable for no budget)");
     if (!b) return std::move(b).error();
     c.budget_bytes = *b;
   }
