@@ -10,8 +10,7 @@
 // thread (freed at the start of its next round) and frees the rest once C is
 // synchronised. Every --every rounds it prints one line: rounds, the users' bytes, the
 // cached bytes (in thread-bin classes, in shared classes up to 1 MiB and above), misses,
-// evictions, blocks the depots gave back idle, cross-stream moves and blocks taken from
-// other threads' bins. It runs the
+// evictions, cross-stream moves and blocks taken from other threads' bins. It runs the
 // default stack, which XLOGRT_CACHE configures (e.g. XLOGRT_CACHE=thread_block_bytes=1G
 // keeps every class in the thread bins).
 //
@@ -84,12 +83,10 @@ int main(int argc, char** argv) {
   const CachedOptions& opt = cache.options();
 
   std::printf("# cache_footprint: %u threads, %u streams, %llu rounds each; thread_block_bytes %zu, bin_bytes %zu, "
-              "thread_bytes %zu, depot_bytes %zu, idle_frees %u\n",
-              threads, streams, rounds, opt.thread_block_bytes, opt.bin_bytes, opt.thread_bytes, opt.depot_bytes,
-              opt.idle_frees);
+              "thread_bytes %zu, depot_bytes %zu\n",
+              threads, streams, rounds, opt.thread_block_bytes, opt.bin_bytes, opt.thread_bytes, opt.depot_bytes);
   std::printf("| rounds | users' MiB | cached MiB | in thread-bin classes | shared, to 1 MiB | shared, above | misses | "
-              "evictions | idle releases | cross-stream moves | from other threads' bins |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "evictions | cross-stream moves | from other threads' bins |\n|---|---|---|---|---|---|---|---|---|---|\n");
 
   std::vector<std::mutex> mu(threads);
   std::vector<std::vector<DeviceBlock>> mail(threads);
@@ -164,11 +161,9 @@ int main(int argc, char** argv) {
       (bytes <= opt.thread_block_bytes ? bins : bytes <= (std::size_t{1} << 20) ? mid : large) +=
           static_cast<double>(s.cached_bytes_per_class[c]);
     }
-    std::printf("| %llu | %.1f | %.1f | %.1f | %.1f | %.1f | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %" PRIu64
-                " | %" PRIu64 " |\n",
+    std::printf("| %llu | %.1f | %.1f | %.1f | %.1f | %.1f | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " |\n",
                 done.load(), static_cast<double>(users.load()) / MIB, static_cast<double>(s.cached_bytes) / MIB,
-                bins / MIB, mid / MIB, large / MIB, s.misses, s.evictions, s.idle_releases, s.cross_stream_moves,
-                s.from_other_threads);
+                bins / MIB, mid / MIB, large / MIB, s.misses, s.evictions, s.cross_stream_moves, s.from_other_threads);
     std::fflush(stdout);
     if (next >= total) break;
   }

@@ -64,7 +64,6 @@ std::optional<std::size_t> reference_size(std::string_view s) {
 struct CacheReading {
   bool on = true, nvtx = false;
   std::optional<std::size_t> sizes[5];  // max_block, thread_block, bin, thread, depot
-  std::optional<std::uint32_t> idle_frees;
 };
 constexpr const char* SIZE_KEYS[5] = {"max_block_bytes", "thread_block_bytes", "bin_bytes", "thread_bytes",
                                       "depot_bytes"};
@@ -76,16 +75,7 @@ std::optional<CacheReading> reference_cache(std::string_view v) {
     const std::size_t end = std::min(v.find(',', start), v.size());
     const std::string_view item = v.substr(start, end - start);
     const std::size_t eq = item.find('=');
-    if (eq != std::string_view::npos && item.substr(0, eq) == "idle_frees") {
-      // Decimal digits only, 0 to 2^32 - 1.
-      const std::string_view n = item.substr(eq + 1);
-      if (n.empty() || n.find_first_not_of("0123456789") != std::string_view::npos) return std::nullopt;
-      const std::size_t first = std::min(n.find_first_not_of('0'), n.size());
-      if (n.size() - first > 10) return std::nullopt;
-      const std::uint64_t v = first == n.size() ? 0 : std::stoull(std::string(n.substr(first)));
-      if (v > 0xffffffffull) return std::nullopt;
-      r.idle_frees = static_cast<std::uint32_t>(v);
-    } else if (eq != std::string_view::npos) {
+    if (eq != std::string_view::npos) {
       int k = 0;
       while (k < 5 && item.substr(0, eq) != SIZE_KEYS[k]) ++k;
       if (k == 5) return std::nullopt;
@@ -161,7 +151,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                              z.depot_bytes};
   bool same = cfg->cache == want_cache->on && cfg->cache_nvtx == want_cache->nvtx;
   for (int k = 0; k < 5; ++k) same = same && got[k] == want_cache->sizes[k];
-  same = same && z.idle_frees == want_cache->idle_frees;
   if (!same) broken("parse_env_config's XLOGRT_CACHE reading is wrong");
   return 0;
 }

@@ -711,9 +711,8 @@ int main(int argc, char** argv) {
   if (cache.options().enabled) {
     const CachedOptions& co = cache.options();
     std::printf("# caching layer: thread_block_bytes %zu, bin_bytes %zu, thread_bytes %zu, depot_bytes %zu, "
-                "max_block_bytes %zu, idle_frees %u (XLOGRT_CACHE sets them)\n",
-                co.thread_block_bytes, co.bin_bytes, co.thread_bytes, co.depot_bytes, co.max_block_bytes,
-                co.idle_frees);
+                "max_block_bytes %zu (XLOGRT_CACHE sets them)\n",
+                co.thread_block_bytes, co.bin_bytes, co.thread_bytes, co.depot_bytes, co.max_block_bytes);
   }
 
   std::vector<Sample> samples;
@@ -823,9 +822,9 @@ int main(int argc, char** argv) {
               tot.cross_frees);
   std::printf("cache: hits %" PRIu64 ", depot hits %" PRIu64 ", cross-stream moves %" PRIu64
               ", from other threads %" PRIu64 ", misses %" PRIu64 ", bypasses %" PRIu64 ", evictions %" PRIu64
-              ", idle releases %" PRIu64 "; %.1f MiB cached at the end, trim gave back %.1f MiB, %.1f MiB cached after\n",
+              "; %.1f MiB cached at the end, trim gave back %.1f MiB, %.1f MiB cached after\n",
               cs.hits, cs.depot_hits, cs.cross_stream_moves, cs.from_other_threads, cs.misses, cs.bypasses,
-              cs.evictions, cs.idle_releases, mib(cs.cached_bytes), mib(given_back), mib(cached_after_trim));
+              cs.evictions, mib(cs.cached_bytes), mib(given_back), mib(cached_after_trim));
   std::printf("reactor: %" PRIu64 " waits armed, %" PRIu64 " on host functions, %" PRIu64 " completed, %" PRIu64
               " faulted\n",
               rc.armed, rc.fallbacks, rc.completed, rc.faulted);

@@ -8,13 +8,16 @@
 #   check       the check of the checks: $CHECK_SECONDS (15) s with a corruption injected
 #               every 50 rounds of thread 0; gpu_soak must exit 1, having caught every
 #               corruption and reported nothing else
-#   sanitizers  short soaks ($SHORT_SECONDS (30) s, 4 threads, 8 streams) under
+#   sanitizers  short soaks ($SHORT_SECONDS (30) s, 4 threads, 8 streams unless said) under
 #               compute-sanitizer: memcheck --leak-check full with the caching layer off
 #               (XLOGRT_CACHE=0: every free is a stream-ordered cuMemFreeAsync, which
 #               memcheck follows) and on; memcheck --track-stream-ordered-races all with
 #               the layer off (a use of a block before its stream-ordered allocation or
-#               after its free); racecheck and synccheck (the check kernel's
-#               shared-memory reduction and its barriers); initcheck with the layer off;
+#               after its free); racecheck (the check kernel's shared-memory reduction,
+#               on 1 thread and 2 streams: with 4 threads launching at once the tool
+#               fails with "Detected a failure to track a kernel launch" before the first
+#               round, and a race in shared memory lies within one kernel, whatever the
+#               host threads do) and synccheck (its barriers); initcheck with the layer off;
 #               and, not counted in the exit status, memcheck with the layer's NVTX marks
 #               (XLOGRT_CACHE=nvtx): the marks are host calls, so a block may be marked
 #               cached while the kernel enqueued before its free still runs, and whether
@@ -106,14 +109,14 @@ run_soak() {
 
 sanitizer=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 
-# One short soak under one tool: NAME COUNTS(yes|no) CACHE TOOL-ARGS...
+# One short soak under one tool: NAME COUNTS(yes|no) CACHE THREADS STREAMS TOOL-ARGS...
 run_sanitized() {
-  name=$1 counts=$2 cache=$3
-  shift 3
+  name=$1 counts=$2 cache=$3 threads=$4 streams=$5
+  shift 5
   # The growth bounds are waived: the tools' own host and device memory grows. A run
   # that hangs (a wait the tool keeps from completing) ends by the watchdog.
   XLOGRT_CACHE=$cache timeout "$((short + ${SANITIZER_GRACE:-240}))" "$sanitizer" "$@" --error-exitcode 9 "$prog" \
-    --seconds "$short" --threads 4 --streams 8 --sample-seconds 10 --wait-timeout 120 \
+    --seconds "$short" --threads "$threads" --streams "$streams" --sample-seconds 10 --wait-timeout 120 \
     --max-rss-growth-mib 1000000 --max-device-growth-mib 1000000 >"$logs/$name.log" 2>&1
   rc=$?
   [ $rc -eq 124 ] && echo "soak.sh: $name: killed by the watchdog after $((short + ${SANITIZER_GRACE:-240})) s" >>"$logs/$name.log"
@@ -137,13 +140,13 @@ run_sanitizers() {
     return
   fi
   "$sanitizer" --version | tail -n 1
-  run_sanitized memcheck_nocache yes 0 --tool memcheck --leak-check full
-  run_sanitized memcheck_cache yes 1 --tool memcheck --leak-check full
-  run_sanitized memcheck_races_nocache yes 0 --tool memcheck --track-stream-ordered-races all
-  run_sanitized racecheck yes 1 --tool racecheck
-  run_sanitized synccheck yes 1 --tool synccheck
-  run_sanitized initcheck_nocache yes 0 --tool initcheck
-  run_sanitized memcheck_nvtx no nvtx --tool memcheck
+  run_sanitized memcheck_nocache yes 0 4 8 --tool memcheck --leak-check full
+  run_sanitized memcheck_cache yes 1 4 8 --tool memcheck --leak-check full
+  run_sanitized memcheck_races_nocache yes 0 4 8 --tool memcheck --track-stream-ordered-races all
+  run_sanitized racecheck yes 1 1 2 --tool racecheck
+  run_sanitized synccheck yes 1 4 8 --tool synccheck
+  run_sanitized initcheck_nocache yes 0 4 8 --tool initcheck
+  run_sanitized memcheck_nvtx no nvtx 4 8 --tool memcheck
 }
 
 case $mode in

@@ -117,15 +117,6 @@ template <class Up>
 struct Layer<DebugGuard<Up>> : Decorator<DebugGuard<Up>, Up, Name{"DebugGuard<"}> {};
 template <class Up>
 struct Layer<Cached<Up>> : Decorator<Cached<Up>, Up, Name{"Cached<"}> {};
-/// The caching layer alone: a short idle period (CachedOptions::idle_frees), so that the
-/// conformance suite and the fuzzer reach the depots' release of idle blocks (the default
-/// stack keeps the default, as StackBuilder builds it).
-template <class D>
-struct Layer<Cached<AsyncCuda<D>>> : Decorator<Cached<AsyncCuda<D>>, AsyncCuda<D>, Name{"Cached<"}> {
-  static Cached<AsyncCuda<D>> wrap(AsyncCuda<D>&& up) {
-    return Cached<AsyncCuda<D>>{std::move(up), CachedOptions{.idle_frees = 16}};
-  }
-};
 template <class Up>
 struct Layer<Logging<Up, NullSink>> : Decorator<Logging<Up, NullSink>, Up, Name{"Logging<"}, Name{", NullSink>"}> {};
 template <class Up>

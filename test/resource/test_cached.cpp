@@ -638,44 +638,6 @@ TEST_CASE("a shared class the depot lacks takes a block up to depot_larger_class
   CHECK(r.bytes_outstanding() == 0);
 }
 
-TEST_CASE("a depot gives back the blocks no allocation needed for a whole idle period", "[cached]") {
-  // Six 1 MiB blocks (a shared class) cached on stream 0, then a working set of two: at the
-  // end of the first whole period (8 frees into the depot) the four idle blocks go back,
-  // and the two in use stay cached. With idle_frees 0 the depot keeps all six.
-  auto run = [](std::uint32_t idle_frees) {
-    Rig<> rig({}, CachedOptions{.idle_frees = idle_frees});
-    auto& r = *rig.stack;
-    const std::size_t mib = std::size_t{1} << 20;
-    auto cycle = [&](std::size_t n) {
-      std::vector<DeviceBlock> held;
-      for (std::size_t i = 0; i < n; ++i) {
-        auto b = r.allocate(mib, StreamId{0}, AllocTag{});
-        REQUIRE(b.has_value());
-        held.push_back(std::move(*b));
-      }
-      for (auto& b : held) REQUIRE(r.deallocate(std::move(b)).has_value());
-    };
-    cycle(6);  // 6 frees: the first period, begun with the depot empty, keeps everything
-    cycle(2);  // 8: the first period ends; the next begins with 6 blocks
-    CHECK(r.stats().idle_releases == 0);
-    CHECK(r.stats().cached_bytes == 6 * mib);
-    for (int i = 0; i < 4; ++i) cycle(2);  // 8 more frees, never fewer than 4 blocks idle
-    const CacheStats s = r.stats();
-    CHECK(s.misses == 6);
-    rig.sim.run_until_idle();
-    REQUIRE(r.reap_pending().has_value());
-    CHECK(r.bytes_outstanding() == 0);
-    return s;
-  };
-  const CacheStats decayed = run(8);
-  CHECK(decayed.idle_releases == 4);
-  CHECK(decayed.trimmed_blocks == 4);
-  CHECK(decayed.cached_bytes == (std::size_t{2} << 20));
-  const CacheStats kept = run(0);
-  CHECK(kept.idle_releases == 0);
-  CHECK(kept.cached_bytes == (std::size_t{6} << 20));
-}
-
 TEST_CASE("the default stack takes the caching layer's sizes from XLOGRT_CACHE; sizes it refuses are named",
           "[cached]") {
   SimDriver sim;

@@ -77,21 +77,13 @@ TEST_CASE("XLOGRT_CACHE: a mode and the caching layer's sizes, comma-separated",
   CHECK(sizes_only->cache);                                    // no mode: on
   CHECK(sizes_only->cache_sizes.bin_bytes == 2u << 20);        // the later item wins
   CHECK(sizes_only->cache_sizes.max_block_bytes == 64u << 20);
-  CHECK_FALSE(sizes_only->cache_sizes.idle_frees);
-  auto idle = parse_env_config(nullptr, nullptr, "idle_frees=0,on");
-  REQUIRE(idle.has_value());
-  CHECK(idle->cache_sizes.idle_frees == 0u);
-  auto idle_max = parse_env_config(nullptr, nullptr, "idle_frees=4294967295");
-  REQUIRE(idle_max.has_value());
-  CHECK(idle_max->cache_sizes.idle_frees == 4294967295u);
   auto later = parse_env_config(nullptr, nullptr, "nvtx,off");
   REQUIRE(later.has_value());
   CHECK_FALSE(later->cache);
   CHECK_FALSE(later->cache_nvtx);
 
   for (const char* bad : {"depot=4G", "on,", ",on", "on,,off", "depot_bytes=", "depot_bytes=0", "depot_bytes=4X",
-                          "thread_bytes=99999999999999999999", "=4G", "onn", "idle_frees=",
-                          "idle_frees=4294967296", "idle_frees=1K", "idle_frees=-1", "idle_frees= 8"}) {
+                          "thread_bytes=99999999999999999999", "=4G", "onn"}) {
     auto r = parse_env_config(nullptr, nullptr, bad);
     INFO(bad);
     REQUIRE_FALSE(r);

@@ -30,13 +30,6 @@
 // these each shared class would keep, on each stream, the highest demand it has ever
 // seen, and the layer would grow for as long as new peaks come.
 //
-// Idle blocks. A depot gives back what its stream stopped needing: over each period of
-// `idle_frees` (4096) frees into it, it keeps per class the fewest blocks it held (the
-// low-water mark), and at the period's end frees that many to the upstream,
-// stream-ordered. So it keeps as many blocks as the period's busiest moment had out: a
-// steady working set stays cached whole, and what a peak left behind goes back within
-// a period of the stream's own traffic.
-//
 // Stream safety. A block freed on S is handed out again on S at once: work enqueued on S
 // after the allocation runs after everything the previous owner enqueued on S, and the
 // recycle made S wait for the previous owner's uses on other streams. A block moves to
@@ -150,12 +143,6 @@ struct CachedOptions {
   /// layer holds, however the work spreads over threads, streams and sizes:
   /// threads x thread_bytes + depot_bytes.
   std::size_t depot_bytes = std::size_t{2} << 30;
-  /// A depot gives back the blocks that no allocation needed while this many blocks were
-  /// freed into it: per class, the fewest blocks it held during that period (its
-  /// low-water mark) go back to the upstream, stream-ordered, at the period's end. So the
-  /// layer follows its users' working set down again after a peak, in periods measured
-  /// in the depot's own traffic. 0: a depot keeps its blocks until trim() or depot_bytes.
-  std::uint32_t idle_frees = 4096;
 };
 
 /// What a Cached layer did. Counts are cumulative; bytes are a moment's view.
@@ -170,7 +157,6 @@ struct CacheStats {
   std::uint64_t trims = 0;               ///< trim() calls, explicit or under pressure
   std::uint64_t trimmed_blocks = 0;      ///< blocks given back to the upstream (evictions included)
   std::uint64_t evictions = 0;           ///< misses that first gave back a larger idle block
-  std::uint64_t idle_releases = 0;       ///< blocks a depot gave back, idle for a whole period
   std::uint64_t trimmed_bytes = 0;
   std::uint64_t requested_bytes = 0;     ///< sum of the requests the classes served
   std::uint64_t granted_bytes = 0;       ///< sum of the blocks handed out for them
@@ -363,7 +349,6 @@ class Cached : public Adaptor<Upstream> {
     s.trimmed_blocks = st.trimmed_blocks.load(std::memory_order_relaxed);
     s.trimmed_bytes = st.trimmed_bytes.load(std::memory_order_relaxed);
     s.evictions = st.evictions.load(std::memory_order_relaxed);
-    s.idle_releases = st.idle_releases.load(std::memory_order_relaxed);
     s.requested_bytes += st.requested.load(std::memory_order_relaxed);
     s.granted_bytes += st.granted.load(std::memory_order_relaxed);
     return s;
@@ -384,23 +369,17 @@ class Cached : public Adaptor<Upstream> {
   /// frees are complete on the GPU, so they may go to any stream. Guarded by a spin lock:
   /// a bin's refill or overflow holds it for a few stores, and a sleeping mutex made the
   /// producer / consumer pattern pay a futex wake-up per batch; the only driver calls
-  /// under it are advance()'s event query and record. `low` and `frees` keep the idle
-  /// period (CachedOptions::idle_frees): `low[c]` is the fewest blocks of class c the
-  /// depot held since the period began, so that many were idle all through it.
+  /// under it are advance()'s event query and record.
   struct Depot {
     explicit Depot(std::uint32_t classes)
-        : fresh(classes), marked(classes), done(classes), count(new std::atomic<std::uint32_t>[classes]{}),
-          low(classes) {}
+        : fresh(classes), marked(classes), done(classes), count(new std::atomic<std::uint32_t>[classes]{}) {}
     detail::SpinLock mu;
     event_t event{};
     bool has_event = false;  // `event` was created
     bool pending = false;    // `event` marks the `marked` lists and is not known complete
     std::vector<std::vector<detail::CachedEntry>> fresh, marked, done;
     std::unique_ptr<std::atomic<std::uint32_t>[]> count;  // blocks of each class here; written under mu
-    std::vector<std::uint32_t> low;  // by class: the period's low-water mark of count
-    std::uint32_t frees = 0;         // blocks put here since the period began
   };
-
 
   struct State {
     explicit State(const CachedOptions& o)
@@ -440,7 +419,7 @@ class Cached : public Adaptor<Upstream> {
 
     // Slow-path counters (read-modify-writes: off the hit path).
     std::atomic<std::uint64_t> depot_hits{0}, moves{0}, steals{0}, misses{0}, bypasses{0}, pressure_retries{0};
-    std::atomic<std::uint64_t> trims{0}, trimmed_blocks{0}, trimmed_bytes{0}, evictions{0}, idle_releases{0};
+    std::atomic<std::uint64_t> trims{0}, trimmed_blocks{0}, trimmed_bytes{0}, evictions{0};
     std::atomic<std::uint64_t> requested{0}, granted{0};
     // The counts of thread caches swept away.
     std::atomic<std::uint64_t> retired_hits{0}, retired_depot_hits{0}, retired_requested{0}, retired_granted{0};
@@ -529,11 +508,8 @@ class Cached : public Adaptor<Upstream> {
 
   /// Puts blocks into stream `s`'s depot, under one lock. Those beyond depot_bytes go
   /// back to the upstream first (a block the upstream refuses is kept after all), as
-  /// does a block that cannot be kept because host memory ran out. A put that ends an
-  /// idle period gives back the blocks idle all through it (`period`: false for a block
-  /// the upstream refused, which must not start another release).
-  void depot_put(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry* e, std::size_t n = 1,
-                 bool period = true) noexcept {
+  /// does a block that cannot be kept because host memory ran out.
+  void depot_put(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry* e, std::size_t n = 1) noexcept {
     const std::size_t size = detail::class_bytes(c);
     // A soft bound: puts racing each other may pass it by their own blocks.
     const std::size_t held = st.depot_held.load(std::memory_order_relaxed);
@@ -541,7 +517,6 @@ class Cached : public Adaptor<Upstream> {
     std::size_t from = 0;
     while (from < n - fit && give_back(st, s, c, e[from])) ++from;
     std::size_t kept = from;
-    std::vector<std::pair<std::uint32_t, detail::CachedEntry>> idle;
     if (Depot* d = depot_of(st, s)) {
       std::lock_guard lock(d->mu);
       try {
@@ -550,55 +525,14 @@ class Cached : public Adaptor<Upstream> {
       }
       d->count[c].store(d->count[c].load(std::memory_order_relaxed) + static_cast<std::uint32_t>(kept - from),
                         std::memory_order_relaxed);
-      st.depot_held.fetch_add((kept - from) * size, std::memory_order_relaxed);
-      d->frees += static_cast<std::uint32_t>(kept - from);
-      if (period && st.options.idle_frees != 0 && d->frees >= st.options.idle_frees) take_idle(st, *d, idle);
     }
+    st.depot_held.fetch_add((kept - from) * size, std::memory_order_relaxed);
     for (; kept < n; ++kept) give_back(st, s, c, e[kept]);
-    for (const auto& [k, x] : idle) {
-      if (give_back(st, s, k, x)) {
-        st.idle_releases.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        depot_put(st, s, k, &x, 1, false);  // refused: kept
-      }
-    }
-  }
-
-  /// Ends depot d's idle period (under d.mu): takes out, into `idle`, as many blocks of
-  /// each class as the period's low-water mark (blocks no allocation needed all through
-  /// it), and begins the next period. Host memory running out leaves blocks in place.
-  static void take_idle(State& st, Depot& d, std::vector<std::pair<std::uint32_t, detail::CachedEntry>>& idle) noexcept {
-    d.frees = 0;
-    for (std::uint32_t c = 0; c < st.classes; ++c) {
-      if (d.low[c] != 0) {
-        try {
-          idle.reserve(idle.size() + d.low[c]);
-        } catch (...) {
-          return;
-        }
-        for (std::uint32_t k = d.low[c]; k != 0; --k) idle.emplace_back(c, *pop_any(st, d, c));
-      }
-      d.low[c] = d.count[c].load(std::memory_order_relaxed);
-    }
-  }
-
-  /// A block of the depot's class-`c` lists, popped and counted out; the caller holds d.mu.
-  static std::optional<detail::CachedEntry> pop_any(State& st, Depot& d, std::uint32_t c) noexcept {
-    for (auto* list : {&d.fresh[c], &d.marked[c], &d.done[c]}) {
-      if (list->empty()) continue;
-      const detail::CachedEntry e = list->back();
-      list->pop_back();
-      depot_took(st, d, c, 1);
-      return e;
-    }
-    return std::nullopt;
   }
 
   /// Counts blocks of class `c` taken out of a depot (under its lock).
   static void depot_took(State& st, Depot& d, std::uint32_t c, std::size_t n) noexcept {
-    const std::uint32_t left = d.count[c].load(std::memory_order_relaxed) - static_cast<std::uint32_t>(n);
-    d.count[c].store(left, std::memory_order_relaxed);
-    d.low[c] = std::min(d.low[c], left);
+    d.count[c].store(d.count[c].load(std::memory_order_relaxed) - static_cast<std::uint32_t>(n), std::memory_order_relaxed);
     st.depot_held.fetch_sub(n * detail::class_bytes(c), std::memory_order_relaxed);
   }
 
@@ -797,7 +731,13 @@ class Cached : public Adaptor<Upstream> {
       std::optional<detail::CachedEntry> e;
       {
         std::lock_guard lock(d->mu);
-        e = pop_any(st, *d, k);
+        for (auto* list : {&d->fresh[k], &d->marked[k], &d->done[k]}) {
+          if (list->empty()) continue;
+          e = list->back();
+          list->pop_back();
+          depot_took(st, *d, k, 1);
+          break;
+        }
       }
       if (!e) continue;
       if (give_back(st, stream.value, k, *e)) {

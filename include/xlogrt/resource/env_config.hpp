@@ -16,9 +16,7 @@
 //                        on / true, unset or empty: caching on. KEY=SIZE sets one of
 //                        CachedOptions' sizes (see cached.hpp), SIZE as for the budget:
 //                        max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes,
-//                        depot_bytes. idle_frees=N sets CachedOptions::idle_frees, a
-//                        whole number (0 to 4294967295; 0: depots keep idle blocks).
-//                        E.g. XLOGRT_CACHE=on,depot_bytes=4G,thread_bytes=256M,idle_frees=0.
+//                        depot_bytes. E.g. XLOGRT_CACHE=on,depot_bytes=4G,thread_bytes=256M.
 //                        A later item overrides an earlier one.
 // A malformed value is an invalid_argument error that names the variable and the value;
 // nothing here aborts or throws.
@@ -47,11 +45,9 @@ struct EnvConfig {
   std::optional<std::string> log_file;      ///< unset: no logging
   bool cache = true;                        ///< the caching layer on
   bool cache_nvtx = false;                  ///< ... marking its blocks for compute-sanitizer
-  /// The caching layer's sizes (and idle period) XLOGRT_CACHE sets; unset: CachedOptions'
-  /// defaults.
+  /// The caching layer's sizes XLOGRT_CACHE sets; unset: CachedOptions' defaults.
   struct CacheSizes {
     std::optional<std::size_t> max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, depot_bytes;
-    std::optional<std::uint32_t> idle_frees;
   } cache_sizes;
 };
 
@@ -164,35 +160,18 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
       if (eq != std::string_view::npos) {
         const std::string_view key = item.substr(0, eq);
         auto& z = c.cache_sizes;
-        if (key == "idle_frees") {
-          const std::string_view n = item.substr(eq + 1);
-          std::uint64_t v = 0;
-          bool digits = !n.empty();
-          for (const char ch : n) {
-            digits = digits && ch >= '0' && ch <= '9';
-            if (digits) v = v * 10 + static_cast<std::uint64_t>(ch - '0');
-            if (v > std::numeric_limits<std::uint32_t>::max()) {
-              return bad(item, "is too large (idle_frees is at most 4294967295)");
-            }
-          }
-          if (!digits) return bad(item, "is not a whole number (idle_frees=N: frees per idle period, 0: none)");
-          z.idle_frees = static_cast<std::uint32_t>(v);
-        } else {
-          std::optional<std::size_t>* field = key == "max_block_bytes"      ? &z.max_block_bytes
-                                              : key == "thread_block_bytes" ? &z.thread_block_bytes
-                                              : key == "bin_bytes"          ? &z.bin_bytes
-                                              : key == "thread_bytes"       ? &z.thread_bytes
-                                              : key == "depot_bytes"        ? &z.depot_bytes
-                                                                            : nullptr;
-          if (field == nullptr) {
-            return bad(item,
-                       "has an unknown key (max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, "
-                       "depot_bytes, idle_frees)");
-          }
-          auto size = parse_byte_size(item.substr(eq + 1), std::string(ENV_CACHE) + " " + std::string(key));
-          if (!size) return std::move(size).error();
-          *field = *size;
+        std::optional<std::size_t>* field = key == "max_block_bytes"      ? &z.max_block_bytes
+                                            : key == "thread_block_bytes" ? &z.thread_block_bytes
+                                            : key == "bin_bytes"          ? &z.bin_bytes
+                                            : key == "thread_bytes"       ? &z.thread_bytes
+                                            : key == "depot_bytes"        ? &z.depot_bytes
+                                                                          : nullptr;
+        if (field == nullptr) {
+          return bad(item, "has an unknown key (max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, depot_bytes)");
         }
+        auto size = parse_byte_size(item.substr(eq + 1), std::string(ENV_CACHE) + " " + std::string(key));
+        if (!size) return std::move(size).error();
+        *field = *size;
       } else if (item == "0" || item == "off" || item == "false") {
         c.cache = false;
         c.cache_nvtx = false;
@@ -203,7 +182,7 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
         c.cache = true;
         c.cache_nvtx = false;
       } else {
-        return bad(item, "is not one of 0, off, false, 1, on, true, nvtx, KEY=SIZE or idle_frees=N");
+        return bad(item, "is not one of 0, off, false, 1, on, true, nvtx or KEY=SIZE");
       }
       if (comma == std::string_view::npos) break;
       at = comma + 1;

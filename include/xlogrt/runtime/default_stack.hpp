@@ -70,7 +70,6 @@ struct StackBuilder<DefaultStackOn<D>> {
     cache.bin_bytes = sizes.bin_bytes.value_or(cache.bin_bytes);
     cache.thread_bytes = sizes.thread_bytes.value_or(cache.thread_bytes);
     cache.depot_bytes = sizes.depot_bytes.value_or(cache.depot_bytes);
-    cache.idle_frees = sizes.idle_frees.value_or(cache.idle_frees);
     using Base = Cached<Budget<AsyncCuda<D>>>;
     auto cached = Base::create(Budget<AsyncCuda<D>>(std::move(*base), budget), cache);
     if (!cached) {
