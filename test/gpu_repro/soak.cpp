@@ -53,11 +53,15 @@
 //
 // usage: gpu_soak [--seconds N] [--threads T] [--streams S] [--sample-seconds N]
 //                 [--max-blocks B] [--max-rss-growth-mib M] [--max-device-growth-mib M]
-//                 [--release-threshold-mib M] [--wait-timeout N] [--seed N]
+//                 [--release-threshold-mib M] [--pool-reuse-strict] [--wait-timeout N] [--seed N]
 //                 [--inject-corruption N] [--untracked] [--free-after-wait] [--probe]
 //   --release-threshold-mib  the pool's release threshold (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
 //             by default unlimited, as the default stack sets it): above it the pool gives
 //             its free memory back at the next synchronisation (the samples' reaps)
+//   --pool-reuse-strict  the pool reuses memory freed on another stream only after an
+//             event dependency on the free: no opportunistic reuse, and no stream
+//             dependency inserted by the allocation (for telling whether initcheck's
+//             reports on longer runs come from memory the pool hands on that way)
 //   --free-after-wait  frees every block, and the results, only once the round's wait has
 //             completed, when the GPU has finished every use: no free is queued behind work
 //             still to run (for telling a tool's view of stream-ordered frees from the
@@ -120,6 +124,7 @@ struct Options {
   std::uint64_t inject_every = 0;  // 0: no corruption
   bool untracked = false;
   bool free_after_wait = false;
+  bool pool_reuse_strict = false;
   bool probe = false;
 };
 
@@ -127,7 +132,7 @@ struct Options {
   std::fprintf(stderr,
                "gpu_soak: %s\nusage: gpu_soak [--seconds N] [--threads T] [--streams S] [--sample-seconds N] "
                "[--max-blocks B] [--max-rss-growth-mib M] [--max-device-growth-mib M] [--release-threshold-mib M] "
-               "[--wait-timeout N] [--seed N] [--inject-corruption N] [--untracked] [--free-after-wait] [--probe]\n",
+               "[--pool-reuse-strict] [--wait-timeout N] [--seed N] [--inject-corruption N] [--untracked] [--free-after-wait] [--probe]\n",
                what.c_str());
   std::exit(2);
 }
@@ -172,6 +177,8 @@ Options parse(int argc, char** argv) {
       o.untracked = true;
     } else if (a == "--free-after-wait") {
       o.free_after_wait = true;
+    } else if (a == "--pool-reuse-strict") {
+      o.pool_reuse_strict = true;
     } else if (a == "--probe") {
       o.probe = true;
     } else {
@@ -675,6 +682,11 @@ int main(int argc, char** argv) {
       return std::printf("FAIL: setting the pool's release threshold: %s\n", r.error().what().c_str()), 1;
     }
   }
+  if (o.pool_reuse_strict) {
+    if (const int e = soak::strict_pool_reuse(rt.device()->mempool()); e != 0) {
+      return std::printf("FAIL: setting the pool's reuse policies: %s\n", uaf::error_name(e)), 1;
+    }
+  }
 
   // The runtime's pool has DEFAULT_STREAMS streams; more are created and adopted.
   while (rt.streams()->size() < o.streams) {
@@ -695,7 +707,7 @@ int main(int argc, char** argv) {
               info.name.c_str(), info.cc_major, info.cc_minor, info.multiprocessors,
               static_cast<double>(info.total_bytes) / (1024.0 * MIB), (*drv)->driver_version());
   std::printf("# %u threads, %u streams, %" PRIu64 " s, a sample every %" PRIu64 " s; 1..%u blocks of 256 B..8 MiB "
-              "per round; caching layer %s; reactor on %s; %s%s%s\n",
+              "per round; caching layer %s; reactor on %s; %s%s%s%s\n",
               o.threads, o.streams, o.seconds, o.sample_seconds, o.max_blocks,
               cache.options().enabled ? (cache.options().nvtx_marks ? "on, NVTX marks" : "on") : "off (XLOGRT_CACHE=0)",
               (*reactor)->uses_flag_writes() ? "flag writes" : "host functions",
@@ -706,7 +718,8 @@ int main(int argc, char** argv) {
                                   : "",
               o.release_threshold_mib ? ("; the pool's release threshold " + std::to_string(*o.release_threshold_mib) +
                                          " MiB").c_str()
-                                      : "");
+                                      : "",
+              o.pool_reuse_strict ? "; the pool reuses another stream's frees only after an event" : "");
 
   if (cache.options().enabled) {
     const CachedOptions& co = cache.options();

@@ -88,4 +88,12 @@ int kernels_loadable() {
   return static_cast<int>(cudaFuncGetAttributes(&a, check_kernel));
 }
 
+int strict_pool_reuse(CUmemoryPool pool) {
+  int off = 0;
+  for (const cudaMemPoolAttr attr : {cudaMemPoolReuseAllowOpportunistic, cudaMemPoolReuseAllowInternalDependencies}) {
+    if (cudaError_t e = cudaMemPoolSetAttribute(pool, attr, &off); e != cudaSuccess) return static_cast<int>(e);
+  }
+  return 0;
+}
+
 }  // namespace soak

@@ -67,4 +67,9 @@ int enqueue_check(CUstream s, std::uint64_t p, std::uint64_t bytes, std::uint32_
 /// 0 when the kernels can run on the current device (they are built for sm_90 only).
 int kernels_loadable();
 
+/// Turns off two of the pool's reuse policies (cudaMemPoolReuseAllowOpportunistic and
+/// cudaMemPoolReuseAllowInternalDependencies), so that it reuses memory freed on another
+/// stream only after an event dependency on the free. Returns the first cudaError_t.
+int strict_pool_reuse(CUmemoryPool pool);
+
 }  // namespace soak
