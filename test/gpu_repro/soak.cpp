@@ -132,7 +132,8 @@ struct Options {
   std::fprintf(stderr,
                "gpu_soak: %s\nusage: gpu_soak [--seconds N] [--threads T] [--streams S] [--sample-seconds N] "
                "[--max-blocks B] [--max-rss-growth-mib M] [--max-device-growth-mib M] [--release-threshold-mib M] "
-               "[--pool-reuse-strict] [--wait-timeout N] [--seed N] [--inject-corruption N] [--untracked] [--free-after-wait] [--probe]\n",
+               "[--pool-reuse-strict] [--wait-timeout N] [--seed N] [--inject-corruption N] [--untracked] "
+               "[--free-after-wait] [--probe]\n",
                what.c_str());
   std::exit(2);
 }

@@ -22,12 +22,18 @@ logs=${SAN_LOG_DIR:-suite-sanitizer-logs}
 sanitizer=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}
 probe=$build/test/gpu_repro/gpu_uaf_repro
 
-[ -x "$probe" ] || { echo "suite_sanitizers.sh: $probe not built (configure BUILD with -Dgpu_kernels=enabled)"; exit 1; }
+[ -x "$probe" ] || {
+  echo "suite_sanitizers.sh: $probe not built (configure BUILD with -Dgpu_kernels=enabled)"
+  exit 1
+}
 "$probe" --probe >/dev/null 2>&1
 rc=$?
 [ $rc -eq 77 ] && { echo "suite_sanitizers.sh: SKIP: no GPU to run on"; exit 77; }
 [ $rc -ne 0 ] && { echo "suite_sanitizers.sh: FAIL: $probe --probe exited $rc"; exit 1; }
-[ -x "$sanitizer" ] || { echo "suite_sanitizers.sh: FAIL: compute-sanitizer not found (set COMPUTE_SANITIZER)"; exit 1; }
+[ -x "$sanitizer" ] || {
+  echo "suite_sanitizers.sh: FAIL: compute-sanitizer not found (set COMPUTE_SANITIZER)"
+  exit 1
+}
 mkdir -p "$logs" || exit 1
 
 tests=$(meson test -C "$build" --no-rebuild --list --suite gpu 2>/dev/null | sed -n 's|^.* / ||p' |
