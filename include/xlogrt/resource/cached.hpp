@@ -246,10 +246,8 @@ class Cached : public Adaptor<Upstream> {
         detail::CacheBin& bin = bins[c];
         const std::uint32_t n = bin.n.load(std::memory_order_relaxed);
         if (n != 0) [[likely]] {
-          const detail::CachedEntry e = bin.items[n - 1];
-          bin.n.store(n - 1, std::memory_order_relaxed);
           const std::size_t size = detail::class_bytes(c);
-          tc->held.store(tc->held.load(std::memory_order_relaxed) - size, std::memory_order_relaxed);
+          const detail::CachedEntry e = tc->pop(bin, n, size);
           detail::bump(tc->hits);
           detail::bump(tc->requested, bytes);
           detail::bump(tc->granted, size);
@@ -697,12 +695,8 @@ class Cached : public Adaptor<Upstream> {
         detail::CacheBin* bins = other->streams[stream.value].load(std::memory_order_acquire);
         if (bins == nullptr || bins[c].n.load(std::memory_order_relaxed) == 0) continue;  // a moment's view
         other->claim.claim();
-        const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
-        if (n != 0) {
-          e = bins[c].items[n - 1];
-          bins[c].n.store(n - 1, std::memory_order_relaxed);
-          other->held.store(other->held.load(std::memory_order_relaxed) - detail::class_bytes(c),
-                            std::memory_order_relaxed);
+        if (const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed); n != 0) {
+          e = other->pop(bins[c], n, detail::class_bytes(c));
         }
         other->claim.release();
         if (e) break;
