@@ -17,7 +17,11 @@
 #               on 1 thread and 2 streams: with 4 threads launching at once the tool
 #               fails with "Detected a failure to track a kernel launch" before the first
 #               round, and a race in shared memory lies within one kernel, whatever the
-#               host threads do) and synccheck (its barriers); initcheck with the layer off;
+#               host threads do) and synccheck (its barriers); initcheck with the layer off,
+#               on 1 thread and 2 streams (with 4 threads under initcheck the soak saw
+#               uninitialized reads of blocks whose checks all came out right, and at times
+#               CUDA_ERROR_ILLEGAL_ADDRESS, which memcheck on the same runs never reports;
+#               initcheck also fails the driver conformance suite's stream-order checks);
 #               and, not counted in the exit status, memcheck with the layer's NVTX marks
 #               (XLOGRT_CACHE=nvtx): the marks are host calls, so a block may be marked
 #               cached while the kernel enqueued before its free still runs, and whether
@@ -145,7 +149,7 @@ run_sanitizers() {
   run_sanitized memcheck_races_nocache yes 0 4 8 --tool memcheck --track-stream-ordered-races all
   run_sanitized racecheck yes 1 1 2 --tool racecheck
   run_sanitized synccheck yes 1 4 8 --tool synccheck
-  run_sanitized initcheck_nocache yes 0 4 8 --tool initcheck
+  run_sanitized initcheck_nocache yes 0 1 2 --tool initcheck
   run_sanitized memcheck_nvtx no nvtx 4 8 --tool memcheck
 }
 
