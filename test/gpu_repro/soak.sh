@@ -125,6 +125,9 @@ run_sanitized() {
   rc=$?
   [ $rc -eq 124 ] && echo "soak.sh: $name: killed by the watchdog after $((short + ${SANITIZER_GRACE:-240})) s" >>"$logs/$name.log"
   summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY" "$logs/$name.log" | tr '\n' ' ')
+  # The tool's own failures count in its summary as errors; name them apart from findings.
+  internal=$(grep -c "Internal Sanitizer Error" "$logs/$name.log")
+  [ "$internal" -gt 0 ] && summary="$summary(of them, $internal the tool's own internal errors, not findings) "
   if [ $rc -eq 0 ]; then
     note "$name (XLOGRT_CACHE=$cache): PASS $summary"
   elif [ "$counts" = yes ]; then
