@@ -18,10 +18,9 @@
 #               fails with "Detected a failure to track a kernel launch" before the first
 #               round, and a race in shared memory lies within one kernel, whatever the
 #               host threads do) and synccheck (its barriers); initcheck with the layer off,
-#               on 1 thread and 2 streams (with 4 threads under initcheck the soak saw
-#               uninitialized reads of blocks whose checks all came out right, and at times
-#               CUDA_ERROR_ILLEGAL_ADDRESS, which memcheck on the same runs never reports;
-#               initcheck also fails the driver conformance suite's stream-order checks);
+#               on 1 thread and 2 streams (with more, initcheck reports reads of blocks
+#               whose checks come out right and breaks the driver's stream order: see
+#               bench/README.md);
 #               and, not counted in the exit status, memcheck with the layer's NVTX marks
 #               (XLOGRT_CACHE=nvtx): the marks are host calls, so a block may be marked
 #               cached while the kernel enqueued before its free still runs, and whether
