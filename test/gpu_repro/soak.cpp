@@ -60,8 +60,8 @@
 //             its free memory back at the next synchronisation (the samples' reaps)
 //   --pool-reuse-strict  the pool reuses memory freed on another stream only after an
 //             event dependency on the free: no opportunistic reuse, and no stream
-//             dependency inserted by the allocation (for telling whether initcheck's
-//             reports on longer runs come from memory the pool hands on that way)
+//             dependency inserted by the allocation: the stack's own cross-stream
+//             ordering is then all that orders a block's reuse
 //   --free-after-wait  frees every block, and the results, only once the round's wait has
 //             completed, when the GPU has finished every use: no free is queued behind work
 //             still to run (for telling a tool's view of stream-ordered frees from the
