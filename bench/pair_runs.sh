@@ -6,7 +6,7 @@
 # raw pair by up to 2x (bench/README.md, the log), so a single run says little about a
 # build, and two builds compare well only over several runs each.
 # It builds alloc_pair optimised, without assertions, in build-release/ (build/ is the
-# README's debugoptimized build, whose assertions and -O2 add to the wrapper's side).
+# README's build, whose benchmarks keep assertions and -O2, which add to the wrapper's side).
 # usage: bench/pair_runs.sh [processes=8] [rounds=1000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
