@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -42,6 +43,11 @@ struct AsyncCudaOptions {
 /// calling thread's row); reap_pending sums the rows, synchronises the stream, and raises
 /// `retired` to what it read
 /// (a free queued after the read stays pending; concurrent reapers never retire twice).
+/// poll_pending retires frees without waiting: it records an event on each stream with
+/// frees queued since its last look and, on a later look, retires what was queued before
+/// an event the device has reached. deallocate runs it every POLL_EVERY frees of a
+/// thread, so a program that never reaps still sees true figures; retired_bytes() is the
+/// running total of both, for a layer above (Budget) that credits what comes back.
 ///
 /// Tracking, per block (state kept in the block table, under the block's own lock):
 /// - the last write: the allocation itself on the alloc stream A at first, then the
@@ -142,6 +148,7 @@ class AsyncCuda {
     });
     if (!freed) [[unlikely]] return queued ? free_general(std::move(b)) : std::move(queued);
     DeviceBlock gone = std::move(b);
+    if (poll_due()) [[unlikely]] (void)poll_pending();
     return ok();
   }
 
@@ -209,11 +216,62 @@ class AsyncCuda {
       auto s = streams_->get(StreamId{static_cast<std::uint32_t>(i)});
       if (!s) return std::move(s).error();
       if (auto r = driver().stream_synchronize(*s); !r) return r;
-      while (done < seen && !retired.compare_exchange_weak(done, seen, std::memory_order_relaxed)) {
-      }
+      retire(i, seen);
     }
     return ok();
   }
+
+  /// Retires, without waiting, the queued frees the device has been seen to reach, and
+  /// returns their bytes. Per stream with frees not yet retired: when the event recorded
+  /// at the last look has been reached, the frees queued before it retire; then, if frees
+  /// were queued since, an idle stream (cuStreamQuery) retires them at once, and a busy
+  /// one gets the event recorded after them, for the next look. One poll at a time: a
+  /// call that finds another thread polling returns 0 at once. Errors: the driver's (what
+  /// was retired before stays so).
+  result<std::size_t> poll_pending() noexcept {
+    std::unique_lock lock(state_->poll_mu, std::try_to_lock);
+    if (!lock.owns_lock()) return std::size_t{0};
+    std::size_t freed = 0;
+    const std::size_t n = streams_->size();
+    for (std::size_t i = 0; i < n; ++i) {
+      Mark& m = state_->marks[i];
+      if (m.armed) {
+        auto reached = driver().event_query(m.event);
+        if (!reached) return std::move(reached).error();
+        if (!*reached) continue;  // the stream has not got there yet: look again next time
+        freed += retire(i, m.at);
+        m.armed = false;
+      }
+      // Acquire pairs with count_queued's release: the frees counted were queued before
+      // the event is recorded below.
+      const std::uint64_t seen = state_->queued(i, std::memory_order_acquire);
+      if (seen <= state_->retired[i].load(std::memory_order_relaxed)) continue;
+      const stream_t s = streams_->at(StreamId{static_cast<std::uint32_t>(i)});
+      auto idle = driver().stream_query(s);
+      if (!idle) return std::move(idle).error();
+      if (*idle) {  // every free counted in `seen` has run
+        freed += retire(i, seen);
+        continue;
+      }
+      if (!m.has_event) {
+        auto e = state_->events.acquire();
+        if (!e) return std::move(e).error();
+        m.event = *e;
+        m.has_event = true;
+      }
+      if (auto r = driver().event_record(m.event, s); !r) return std::move(r).error();
+      m.at = seen;
+      m.armed = true;
+    }
+    return freed;
+  }
+
+  /// The bytes of every free retired so far (by reap_pending or poll_pending): a count
+  /// that only grows.
+  std::uint64_t retired_bytes() const noexcept { return state_->retired_total.load(std::memory_order_acquire); }
+
+  /// deallocate polls once every POLL_EVERY frees of a thread.
+  static constexpr std::uint32_t POLL_EVERY = 256;
 
   std::uint32_t device_ordinal() const noexcept { return ordinal_; }
 
@@ -396,12 +454,30 @@ class AsyncCuda {
   /// A stream's queued frees are two monotonic byte counts: queued (the sum of the rows,
   /// raised by deallocate) and retired (raised by reap_pending to a queued sum it read
   /// before synchronising).
+  /// poll_pending's look at one stream: an event recorded after the frees queued up to `at`.
+  struct Mark {
+    event_t event{};
+    std::uint64_t at = 0;
+    bool has_event = false;
+    bool armed = false;
+  };
+
   struct State {
     explicit State(std::shared_ptr<Device<D>> dev) : events(std::move(dev)) {}
+    State(const State&) = delete;
+    State& operator=(const State&) = delete;
+    ~State() {
+      for (const Mark& m : marks) {
+        if (m.has_event) events.release(m.event);  // the pool destroys it
+      }
+    }
     BlockTable<Track> table;
     EventPool<D> events;
     std::array<QueuedRow, OWNED_ROWS + 1> rows{};
     std::array<std::atomic<std::uint64_t>, MAX_STREAMS> retired{};
+    std::atomic<std::uint64_t> retired_total{0};
+    std::mutex poll_mu;                // poll_pending, and the marks under it
+    std::array<Mark, MAX_STREAMS> marks{};
 
     /// Release: pairs with reap_pending's acquire (the free was queued before this).
     void count_queued(std::uint32_t stream, std::uint64_t bytes) noexcept {
@@ -422,6 +498,24 @@ class AsyncCuda {
         pool_(streams_->device()->mempool()),
         device_bytes_(streams_->device()->info().total_bytes),
         ordinal_(streams_->device()->ordinal()) {}
+
+  /// Raises stream i's retired count to `to` (never lowers it) and returns the bytes it
+  /// added, which also go to the running total.
+  std::size_t retire(std::size_t i, std::uint64_t to) noexcept {
+    std::atomic<std::uint64_t>& retired = state_->retired[i];
+    std::uint64_t done = retired.load(std::memory_order_relaxed);
+    while (done < to && !retired.compare_exchange_weak(done, to, std::memory_order_relaxed)) {
+    }
+    if (done >= to) return 0;
+    state_->retired_total.fetch_add(to - done, std::memory_order_release);
+    return static_cast<std::size_t>(to - done);
+  }
+
+  /// True once every POLL_EVERY calls on the calling thread.
+  static bool poll_due() noexcept {
+    static thread_local std::uint32_t frees = 0;
+    return ++frees % POLL_EVERY == 0;
+  }
 
   /// allocate's rest, once the driver has handed out `ptr`: a new slot of the block table.
   [[gnu::noinline]] result<DeviceBlock> insert_general(std::uint64_t ptr, std::size_t bytes, StreamId stream,
@@ -447,6 +541,7 @@ class AsyncCuda {
     });
     if (!r) return r;
     DeviceBlock gone = std::move(b);
+    if (poll_due()) (void)poll_pending();
     return ok();
   }
 

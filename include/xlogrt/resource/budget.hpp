@@ -325,13 +325,15 @@ class Budget : public Adaptor<Upstream> {
   explicit Budget(Upstream up, BudgetOptions options = {}) noexcept(
       std::is_nothrow_move_constructible_v<Upstream>)
       : Adaptor<Upstream>(std::move(up)), slot_(detail::budget_slot(upstream().device_ordinal())) {
+    if constexpr (RetiringResource<Upstream>) seen_retired_.store(upstream().retired_bytes(), std::memory_order_relaxed);
     if (options.limit_bytes && slot_ != nullptr) {
       std::lock_guard lock(slot_->mu);
       slot_->set_limit_locked(*options.limit_bytes);
     }
   }
   Budget(Budget&& o) noexcept(std::is_nothrow_move_constructible_v<Upstream>)
-      : Adaptor<Upstream>(std::move(o)), slot_(o.slot_) {
+      : Adaptor<Upstream>(std::move(o)), slot_(o.slot_),
+        seen_retired_(o.seen_retired_.load(std::memory_order_relaxed)) {
     for (std::uint32_t i = 0; i < PENDING_STRIPES; ++i) {
       pending_[i].v.store(o.pending_[i].v.exchange(0, std::memory_order_acq_rel), std::memory_order_relaxed);
     }
@@ -357,8 +359,11 @@ class Budget : public Adaptor<Upstream> {
       if constexpr (DriverResource<Upstream>) {
         if (auto h = upstream().stream_handle(stream); !h) return std::move(h).error();
       }
-      auto reaped = reap_pending();
-      if (!charge(st, bytes)) return over_budget(bytes, stream, tag, reaped);
+      // What the device has already reached comes back without waiting; only then a reap.
+      if (!(poll_pending() && charge(st, bytes))) {
+        auto reaped = reap_pending();
+        if (!charge(st, bytes)) return over_budget(bytes, stream, tag, reaped);
+      }
     }
     auto b = upstream().allocate(bytes, stream, tag);
     if (!b) {
@@ -385,9 +390,20 @@ class Budget : public Adaptor<Upstream> {
         if (slot_ != nullptr) slot_->credit(stripe(), static_cast<std::int64_t>(n));
       } else {
         pending_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_add(n, std::memory_order_release);
+        settle();  // the upstream may have retired frees while queuing this one
       }
     }
     return r;
+  }
+
+  /// Retires what the upstream can retire without waiting (its poll_pending, where it has
+  /// one) and credits it. Returns whether that succeeded; a failure changes nothing.
+  bool poll_pending() noexcept {
+    if constexpr (RetiringResource<Upstream>) {
+      if (!upstream().poll_pending()) return false;
+      settle();
+    }
+    return true;
   }
 
 
@@ -403,6 +419,14 @@ class Budget : public Adaptor<Upstream> {
       return r;
     }
     if (taken != 0 && slot_ != nullptr) slot_->credit(stripe(), static_cast<std::int64_t>(taken));
+    if constexpr (RetiringResource<Upstream>) {
+      // Every retirement so far is covered by the credit above (or stays pending for the
+      // next reap): settle must not credit it again.
+      const std::uint64_t now = upstream().retired_bytes();
+      std::uint64_t seen = seen_retired_.load(std::memory_order_relaxed);
+      while (seen < now && !seen_retired_.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
+      }
+    }
     return ok();
   }
 
@@ -429,6 +453,35 @@ class Budget : public Adaptor<Upstream> {
 
   detail::BudgetStripe& stripe() const noexcept {
     return slot_->stripes[detail::thread_stripe(detail::BUDGET_STRIPES)];
+  }
+
+  /// Credits the bytes the upstream retired since the last look, taken from this stack's
+  /// pending count (never more than it holds: a retirement whose free this stack has not
+  /// counted yet stays pending, for the next reap). The total credited never exceeds what
+  /// the upstream retired.
+  void settle() noexcept {
+    if constexpr (RetiringResource<Upstream>) {
+      const std::uint64_t now = upstream().retired_bytes();
+      std::uint64_t seen = seen_retired_.load(std::memory_order_relaxed);
+      do {
+        if (now <= seen) return;
+      } while (!seen_retired_.compare_exchange_weak(seen, now, std::memory_order_relaxed));
+      std::size_t want = static_cast<std::size_t>(now - seen);
+      std::size_t taken = 0;
+      for (auto& p : pending_) {
+        std::size_t v = p.v.load(std::memory_order_relaxed);
+        while (v != 0 && want != 0) {
+          const std::size_t t = v < want ? v : want;
+          if (p.v.compare_exchange_weak(v, v - t, std::memory_order_acquire, std::memory_order_relaxed)) {
+            taken += t;
+            want -= t;
+            break;
+          }
+        }
+        if (want == 0) break;
+      }
+      if (taken != 0 && slot_ != nullptr) slot_->credit(stripe(), static_cast<std::int64_t>(taken));
+    }
   }
 
   bool charge(detail::BudgetStripe& st, std::size_t n) noexcept {
@@ -459,6 +512,7 @@ class Budget : public Adaptor<Upstream> {
 
   detail::BudgetSlot* slot_;
   PendingStripe pending_[PENDING_STRIPES];
+  std::atomic<std::uint64_t> seen_retired_{0};  // the upstream's retired_bytes() at the last settle
 };
 
 static_assert(DeviceMemoryResource<Budget<detail::PlainArchetype>>);

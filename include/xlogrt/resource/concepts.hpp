@@ -84,6 +84,17 @@ concept DriverResource =
       { r.make_current() } -> std::same_as<result<void>>;
     };
 
+/// A resource that retires queued frees without waiting (AsyncCuda): poll_pending()
+/// retires what the device has been seen to reach and returns its bytes; retired_bytes()
+/// is the running total of every retirement, reap_pending's included. Budget credits a
+/// free when such an upstream retires it, so it never has to reap to see memory the
+/// device already has back.
+template <class R>
+concept RetiringResource = requires(R& r, const R& cr) {
+  { r.poll_pending() } -> std::same_as<result<std::size_t>>;
+  { cr.retired_bytes() } -> std::same_as<std::uint64_t>;
+};
+
 /// An upstream whose deallocate returns only once the memory is back with the driver
 /// (cuMemFree, not cuMemFreeAsync) may say so with
 /// `static constexpr bool frees_synchronously = true;`. Budget then credits a free at

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: Apache-2.0
+// Queued frees retire without a reap: AsyncCuda's poll_pending retires what the device
+// has reached (event queries, no synchronisation), deallocate polls by itself, and Budget
+// credits what comes back without synchronising. On SimDriver's manual executor, where
+// nothing runs until the test steps the device. Its own program: the budget of ordinal 0
+// is process-wide.
+
+#include <catch2/catch.hpp>
+
+#include <vector>
+
+#include <xlogrt/device/stream_pool.hpp>
+#include <xlogrt/resource/async_cuda.hpp>
+#include <xlogrt/resource/budget.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
+
+using namespace xlogrt;
+
+namespace {
+
+struct Rig {
+  Rig() : sim(SimConfig{.executor = SimExecutor::manual}) {
+    auto dev = Device<SimDriver>::open(sim, 0);
+    REQUIRE(dev.has_value());
+    auto pool = StreamPool<SimDriver>::create(*dev, 2);
+    REQUIRE(pool.has_value());
+    streams = *pool;
+  }
+  AsyncCuda<SimDriver> base() {
+    auto a = AsyncCuda<SimDriver>::create(streams);
+    REQUIRE(a.has_value());
+    return std::move(*a);
+  }
+  SimDriver sim;
+  std::shared_ptr<StreamPool<SimDriver>> streams;
+};
+
+}  // namespace
+
+TEST_CASE("poll_pending retires the frees the device has reached, and only those", "[retire]") {
+  Rig rig;
+  auto a = rig.base();
+  auto b = a.allocate(4096, StreamId{0}, AllocTag{});
+  REQUIRE(b.has_value());
+  REQUIRE(a.deallocate(std::move(*b)).has_value());
+  CHECK(a.bytes_outstanding() == 4096);
+  auto none = a.poll_pending();  // the free is queued, not run: an event marks it
+  REQUIRE(none.has_value());
+  CHECK(*none == 0);
+  CHECK(a.bytes_outstanding() == 4096);
+  rig.sim.run_until_idle();
+  auto back = a.poll_pending();
+  REQUIRE(back.has_value());
+  CHECK(*back == 4096);
+  CHECK(a.bytes_outstanding() == 0);
+  CHECK(a.retired_bytes() == 4096);
+  CHECK(rig.sim.calls("cuStreamSynchronize") == 0);
+  // A reap afterwards finds nothing to retire twice.
+  REQUIRE(a.reap_pending().has_value());
+  CHECK(a.retired_bytes() == 4096);
+}
+
+TEST_CASE("deallocate polls by itself, so a program that never reaps keeps true figures", "[retire]") {
+  Rig rig;
+  auto a = rig.base();
+  constexpr std::size_t bytes = 4096;
+  const std::size_t frees = 3 * AsyncCuda<SimDriver>::POLL_EVERY;
+  for (std::size_t i = 0; i < frees; ++i) {
+    auto b = a.allocate(bytes, StreamId{0}, AllocTag{});
+    REQUIRE(b.has_value());
+    REQUIRE(a.deallocate(std::move(*b)).has_value());
+    rig.sim.run_until_idle();
+  }
+  // At most the frees since the poll before last are still counted.
+  CHECK(a.bytes_outstanding() <= 2 * AsyncCuda<SimDriver>::POLL_EVERY * bytes);
+  CHECK(a.retired_bytes() >= AsyncCuda<SimDriver>::POLL_EVERY * bytes);
+  CHECK(rig.sim.calls("cuStreamSynchronize") == 0);
+}
+
+TEST_CASE("the budget credits a free the device has reached without synchronising", "[retire]") {
+  Rig rig;
+  Budget<AsyncCuda<SimDriver>> b{rig.base(), BudgetOptions{.limit_bytes = 8192}};
+  auto x = b.allocate(8192, StreamId{0}, AllocTag{});
+  REQUIRE(x.has_value());
+  REQUIRE(b.deallocate(std::move(*x)).has_value());
+  CHECK(device_budget(0)->in_use == 8192);  // queued: the device still holds it
+  rig.sim.run_until_idle();                 // the device reaches the free
+  auto y = b.allocate(8192, StreamId{1}, AllocTag{});
+  REQUIRE(y.has_value());
+  CHECK(rig.sim.calls("cuStreamSynchronize") == 0);  // seen by an event query, not a reap
+  CHECK(device_budget(0)->in_use == 8192);
+  CHECK(b.pending_credit() == 0);
+  REQUIRE(b.deallocate(std::move(*y)).has_value());
+  REQUIRE(b.reap_pending().has_value());
+  CHECK(device_budget(0)->in_use == 0);
+}
