@@ -259,6 +259,9 @@ CUresult CUDAAPI fake_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribu
   *static_cast<cuuint64_t*>(value) = cuuint64_t{0x1000} * static_cast<cuuint64_t>(attr);
   return CUDA_SUCCESS;
 }
+CUresult CUDAAPI fake_cuMemPoolTrimTo(CUmemoryPool pool, std::size_t keep) {
+  return enter("cuMemPoolTrimTo", 11020, u(pool), keep);
+}
 CUresult CUDAAPI fake_cuMemAllocFromPoolAsync(CUdeviceptr_v2* p, std::size_t bytes,
                                               CUmemoryPool pool, CUstream s) {
   if (CUresult r = enter("cuMemAllocFromPoolAsync", 11020, bytes, u(pool), u(s));
@@ -429,6 +432,7 @@ const Entry g_entries[] = {
     {"cuDeviceGetDefaultMemPool", 11020, as_void(&fake_cuDeviceGetDefaultMemPool)},
     {"cuMemPoolSetAttribute", 11020, as_void(&fake_cuMemPoolSetAttribute)},
     {"cuMemPoolGetAttribute", 11020, as_void(&fake_cuMemPoolGetAttribute)},
+    {"cuMemPoolTrimTo", 11020, as_void(&fake_cuMemPoolTrimTo)},
     {"cuMemAllocFromPoolAsync", 11020, as_void(&fake_cuMemAllocFromPoolAsync)},
     {"cuMemFreeAsync", 11020, as_void(&fake_cuMemFreeAsync)},
     {"cuMemAlloc", 2000, as_void(&fake_cuMemAlloc_v1)},

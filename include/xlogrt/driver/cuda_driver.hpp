@@ -384,6 +384,13 @@ class alignas(64) CudaDriver {
     return u;
   }
 
+  /// cuMemPoolTrimTo: gives the pool's unused memory back to the device until it holds at
+  /// most `keep` bytes beyond what its allocations occupy (memory freed on a stream counts
+  /// as unused once the stream has reached the free).
+  result<void> mempool_trim_to(CUmemoryPool pool, std::uint64_t keep) const noexcept {
+    return call("cuMemPoolTrimTo", api_.cuMemPoolTrimTo_, pool, static_cast<std::size_t>(keep));
+  }
+
   /// cuMemAllocFromPoolAsync: `bytes` from `pool`, usable by work enqueued on `s` after
   /// this call.
   result<std::uint64_t> mem_alloc_async(std::size_t bytes, CUmemoryPool pool,

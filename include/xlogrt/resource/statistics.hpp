@@ -209,6 +209,30 @@ class Statistics : public Adaptor<Upstream> {
 
 
   /// The figures now. Allocates the snapshot's vector; not for the hot path.
+  /// Starts every peak again from now (PyTorch's reset_peak_memory_stats): each stripe's
+  /// mark drops to its live bytes and its epoch starts again, and each peak becomes the
+  /// sum of the marks. Allocations racing the reset raise marks as usual, so the bound
+  /// described above holds from here on.
+  void reset_peak() noexcept {
+    State& st = *state_;
+    for (std::uint32_t k = 0; k <= st.count; ++k) {
+      Entry* p = st.stripes[k].load(std::memory_order_acquire);
+      if (p == nullptr) continue;
+      for (std::uint32_t i = 0; i < st.slots + 2; ++i) {
+        const std::int64_t live = Entry::live_of(p[i].allocated_bytes.load(std::memory_order_relaxed),
+                                                 p[i].freed_bytes.load(std::memory_order_relaxed));
+        p[i].high.store(live, std::memory_order_relaxed);
+        std::int64_t m = p[i].mark.load(std::memory_order_relaxed);
+        while (live < m && !p[i].mark.compare_exchange_weak(m, live, std::memory_order_relaxed)) {
+        }
+        if (live < m) st.shared[i].marks.fetch_sub(m - live, std::memory_order_relaxed);
+      }
+    }
+    for (std::uint32_t i = 0; i < st.slots + 2; ++i) {
+      st.shared[i].peak.store(st.shared[i].marks.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    }
+  }
+
   StatisticsSnapshot snapshot() const {
     StatisticsSnapshot s;
     const State& st = *state_;

@@ -74,6 +74,7 @@ namespace xlogrt::detail {
   X(cuDeviceGetDefaultMemPool, 11020)  \
   X(cuMemPoolSetAttribute, 11020)      \
   X(cuMemPoolGetAttribute, 11020)      \
+  X(cuMemPoolTrimTo, 11020)            \
   X(cuMemAlloc, 3020)                  \
   X(cuMemFree, 3020)                   \
   X(cuMemHostAlloc, 2020)              \
