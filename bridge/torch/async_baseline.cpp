@@ -35,14 +35,14 @@ const Api& api() {
 
 extern "C" {
 
-void* xlogrt_baseline_malloc(ssize_t size, int /*device*/, CUstream stream) {
+__attribute__((visibility("default"))) void* xlogrt_baseline_malloc(ssize_t size, int /*device*/, CUstream stream) {
   if (size <= 0 || api().alloc == nullptr) return nullptr;
   CUdeviceptr p = 0;
   if (api().alloc(&p, static_cast<size_t>(size), stream) != CUDA_SUCCESS) return nullptr;
   return reinterpret_cast<void*>(p);
 }
 
-void xlogrt_baseline_free(void* ptr, ssize_t /*size*/, int /*device*/, CUstream stream) {
+__attribute__((visibility("default"))) void xlogrt_baseline_free(void* ptr, ssize_t /*size*/, int /*device*/, CUstream stream) {
   if (ptr == nullptr || api().free == nullptr) return;
   if (api().free(reinterpret_cast<CUdeviceptr>(ptr), stream) != CUDA_SUCCESS) {
     std::fprintf(stderr, "baseline: cuMemFreeAsync(%p) failed\n", ptr);

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -58,10 +59,42 @@ TEST_CASE("torch bridge: bad input is refused by name and loses nothing", "[torc
   CHECK(xlogrt_torch_malloc(64, 99, s) == nullptr);
   CHECK(std::string(xlogrt_torch_last_error()).find("invalid_ordinal") != std::string::npos);
   CHECK(xlogrt_torch_malloc(-5, 0, s) == nullptr);
+  CHECK(std::string(xlogrt_torch_last_error()).find("invalid_argument") != std::string::npos);
+  xlogrt_torch_free(p, -1, 0, s);  // a negative size: refused by name, the block stays
+  CHECK(std::string(xlogrt_torch_last_error()).find("negative size") != std::string::npos);
+  CHECK(stats().current_bytes == live.current_bytes);
+  xlogrt_torch_free(p, 1024, 7, s);  // a device without this pointer: refused, nothing lost
+  CHECK(stats().current_bytes == live.current_bytes);
+  xlogrt_torch_free(&host, 4, 0, s);  // a foreign pointer
+  CHECK(std::string(xlogrt_torch_last_error()).find("foreign_block") != std::string::npos);
+  CHECK(xlogrt_torch_malloc(PTRDIFF_MAX, 0, s) == nullptr);  // far beyond the device
   xlogrt_torch_stats ignored{};
   CHECK(xlogrt_torch_get_stats(99, &ignored) == -1);
+  CHECK(xlogrt_torch_get_stats(0, nullptr) == -1);
   xlogrt_torch_free(p, 1024, 0, s);
   CHECK(stats().current_bytes == live.current_bytes - 1024);
+}
+
+TEST_CASE("torch bridge: torch's figures, peak reset and empty_cache", "[torch_bridge]") {
+  const auto s = handle(0x10000);
+  CHECK(std::string(xlogrt_torch_version()).find('.') != std::string::npos);
+  void* p = xlogrt_torch_malloc(256 << 10, 0, s);
+  REQUIRE(p != nullptr);
+  const auto mid = stats();
+  CHECK(mid.current_count >= 1);
+  CHECK(mid.peak_bytes >= mid.current_bytes);
+  CHECK(mid.budget_in_use >= mid.current_bytes);
+  xlogrt_torch_free(p, 256 << 10, 0, s);
+  REQUIRE(xlogrt_torch_reset_peak(0) == 0);
+  const auto after = stats();
+  CHECK(after.peak_bytes < mid.peak_bytes);  // the 256 KiB block no longer counts
+  CHECK(after.freed_bytes == mid.freed_bytes + (256 << 10));
+  REQUIRE(xlogrt_torch_empty_cache(-1) == 0);  // every cached block back, every free retired
+  const auto empty = stats();
+  CHECK(empty.cached_bytes == 0);
+  CHECK(empty.bytes_outstanding == empty.current_bytes);
+  CHECK(empty.budget_in_use == empty.current_bytes);
+  CHECK(xlogrt_torch_empty_cache(99) == -1);
 }
 
 TEST_CASE("torch bridge: over the budget, NULL and a message naming XLOGRT_BUDGET_BYTES, or the handler's exception",
@@ -89,4 +122,21 @@ TEST_CASE("torch bridge: over the budget, NULL and a message naming XLOGRT_BUDGE
   void* p = xlogrt_torch_malloc(4096, 0, s);  // the budget still serves what fits
   REQUIRE(p != nullptr);
   xlogrt_torch_free(p, 4096, 0, s);
+}
+
+// Last: it replaces the budget the other cases run under.
+TEST_CASE("torch bridge: the memory fraction sets the budget; a fraction out of range changes nothing",
+          "[torch_bridge]") {
+  const auto before = stats();
+  for (double bad : {0.0, -0.5, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
+    CHECK(xlogrt_torch_set_memory_fraction(bad, 0) == -1);
+    CHECK(std::string(xlogrt_torch_last_error()).find("invalid_argument") != std::string::npos);
+  }
+  CHECK(stats().budget_bytes == before.budget_bytes);
+  CHECK(xlogrt_torch_set_memory_fraction(0.5, 99) == -1);
+  REQUIRE(xlogrt_torch_set_memory_fraction(1.0, 0) == 0);
+  const auto all = stats().budget_bytes;
+  CHECK(all > before.budget_bytes);
+  REQUIRE(xlogrt_torch_set_memory_fraction(0.25, 0) == 0);
+  CHECK(stats().budget_bytes == all / 4);
 }

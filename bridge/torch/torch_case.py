@@ -3,7 +3,10 @@
 switch allocators): prints one JSON line with what it measured. Run by
 test_torch_bridge.py and bench_allocators.py, not by hand (but it can be).
 
-    python3 torch_case.py --build BUILD --allocator A --case C [--log FILE]
+    python3 torch_case.py [--build BUILD] --allocator A --case C [--log FILE]
+
+--build: a Meson build directory to load the bridge from (default: the installed
+xlogrt_torch package; the `async` allocator needs a build).
 
 allocators: native (torch's caching allocator), xlogrt (the bridge with its hooks),
 xlogrt-norecord (the bridge without the record_stream hook), async (a plain
@@ -20,7 +23,6 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 
 
 def install_allocator(build, allocator):
@@ -32,11 +34,15 @@ def install_allocator(build, allocator):
             raise SystemExit("torch-async: run with PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync")
         return None
     if allocator == "async":
+        if build is None:
+            raise SystemExit("torch_case: the async allocator is built by Meson: pass --build")
         d = os.path.join(build, "bridge", "torch")
         path = os.path.join(d, "libxlogrt_torch_async_baseline.so")
         alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "xlogrt_baseline_malloc", "xlogrt_baseline_free")
         torch.cuda.memory.change_current_allocator(alloc)
         return None
+    if build is not None:
+        sys.path.insert(0, HERE)  # the module beside this file, over the build's libraries
     import xlogrt_torch
     xlogrt_torch.install(build, record_stream=(allocator != "xlogrt-norecord"))
     return xlogrt_torch
@@ -118,7 +124,14 @@ def case_stats(bridge, args):
     s2 = bridge.stats()
     bridge.reap()
     s3 = bridge.stats()
-    return {"before": s0, "live": s1, "freed": s2, "reaped": s3}
+    # Frees retire by themselves: 5,000 tensors of 8 MiB allocated and dropped, no reap.
+    for _ in range(5000):
+        t = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+        t.fill_(1)
+        del t
+    torch.cuda.synchronize()
+    s4 = bridge.stats()
+    return {"before": s0, "live": s1, "freed": s2, "reaped": s3, "churned": s4}
 
 
 def case_record_stream(bridge, args):
@@ -178,7 +191,7 @@ CASES = {"train": case_train, "budget": case_budget, "log": case_log, "stats": c
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--build", required=True)
+    p.add_argument("--build", default=None)
     p.add_argument("--allocator", required=True, choices=["native", "xlogrt", "xlogrt-norecord", "async", "torch-async"])
     p.add_argument("--case", required=True, choices=sorted(CASES))
     p.add_argument("--steps", type=int, default=20)

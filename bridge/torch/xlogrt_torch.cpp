@@ -6,12 +6,23 @@
 // stream handle the driver reuses after torch destroyed its stream starts afresh.
 //
 // No torch dependency: this library is what CUDAPluggableAllocator loads. The hooks that
-// need torch's C++ API (record_stream, torch.OutOfMemoryError) are torch_hooks.cpp.
+// need torch's C++ API (record_stream, torch.OutOfMemoryError, empty_cache, the memory
+// fraction) are torch_hooks.cpp.
+//
+// Symbols: built with hidden visibility and xlogrt_torch.map, the library exports the
+// xlogrt_torch_* functions alone. It is loaded into processes full of other C++ libraries
+// (cuDNN, Arrow, ...) and may carry its own copy of libstdc++ (linked statically, as
+// wheels are): an exported copy would be bound by libraries loaded after it.
 
 #include "xlogrt_torch.h"
 
+#ifndef XLOGRT_VERSION
+#error "XLOGRT_VERSION must be defined (meson.build and setup.py pass the project's version)"
+#endif
+
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -19,6 +30,8 @@
 #include <string>
 
 #include <xlogrt/interop/pointer_resource.hpp>
+#include <xlogrt/resource/budget.hpp>
+#include <xlogrt/resource/cached.hpp>
 #include <xlogrt/resource/find_layer.hpp>
 #include <xlogrt/resource/nvtx_marks.hpp>  // XLOGRT_CACHE=nvtx works under torch too
 #include <xlogrt/runtime.hpp>
@@ -101,12 +114,17 @@ void* xlogrt_torch_malloc(ssize_t size, int device, xlogrt_torch_stream stream) 
 
 void xlogrt_torch_free(void* ptr, ssize_t size, int device, xlogrt_torch_stream stream) {
   if (ptr == nullptr) return;
+  if (size < 0) {
+    set_error("invalid_argument: free of a negative size (" + std::to_string(size) + ")");
+    std::fprintf(stderr, "xlogrt: free of %p refused, the block stays live: %s\n", ptr, t_last_error.c_str());
+    return;
+  }
   Resource* r = resource(device);
   if (r == nullptr) {
     std::fprintf(stderr, "xlogrt: free of %p on device %d refused: %s\n", ptr, device, t_last_error.c_str());
     return;
   }
-  auto done = r->deallocate(ptr, size < 0 ? 0 : static_cast<std::size_t>(size), stream);
+  auto done = r->deallocate(ptr, static_cast<std::size_t>(size), stream);
   if (!done) [[unlikely]] {
     set_error(done.error().what());
     std::fprintf(stderr, "xlogrt: free refused, the block stays live: %s\n", done.error().what().c_str());
@@ -137,18 +155,39 @@ int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
   Resource* r = resource(device);
   if (r == nullptr) return -1;
   auto& rt = r->runtime();
+  auto& budget = *xlogrt::find_layer<xlogrt::Budget>(rt.stack());
+  (void)budget.poll_pending();  // figures of frees the device has reached, without waiting
+  *out = {};
   const auto c = xlogrt::find_layer<xlogrt::Statistics>(rt.stack())->snapshot().total;
   out->current_bytes = c.current_bytes;
   out->peak_bytes = c.peak_bytes;
   out->total_bytes = c.total_bytes;
+  out->freed_bytes = c.freed_bytes;
+  out->current_count = c.current_count;
   out->allocations = c.allocations;
   out->frees = c.frees;
   out->failed = c.failed;
   out->bytes_outstanding = rt.bytes_outstanding();
-  auto budget = xlogrt::device_budget(static_cast<std::uint32_t>(device));
-  out->budget_bytes = budget && budget->limit != std::numeric_limits<std::size_t>::max()
-                          ? budget->limit
-                          : std::numeric_limits<std::uint64_t>::max();
+  const auto cache = xlogrt::find_layer<xlogrt::Cached>(rt.stack())->stats();
+  out->cached_bytes = cache.cached_bytes;
+  out->device_allocs = cache.misses + cache.bypasses;
+  out->alloc_retries = cache.pressure_retries;
+  if (auto u = rt.driver().mempool_usage(rt.device()->mempool())) {
+    out->pool_reserved = u->reserved;
+    out->pool_reserved_peak = u->reserved_high;
+    out->pool_used = u->used;
+  }
+  const auto usage = budget.usage();
+  out->budget_bytes = usage.limit != std::numeric_limits<std::size_t>::max() ? usage.limit
+                                                                            : std::numeric_limits<std::uint64_t>::max();
+  out->budget_in_use = usage.in_use;
+  return 0;
+}
+
+int xlogrt_torch_reset_peak(int device) {
+  Resource* r = resource(device);
+  if (r == nullptr) return -1;
+  xlogrt::find_layer<xlogrt::Statistics>(r->runtime().stack())->reset_peak();
   return 0;
 }
 
@@ -156,6 +195,39 @@ int xlogrt_torch_reap(int device) {
   Resource* r = resource(device);
   if (r == nullptr) return -1;
   if (auto done = r->runtime().reap_pending(); !done) return set_error(done.error().what()), -1;
+  return 0;
+}
+
+int xlogrt_torch_empty_cache(int device) {
+  if (device == -1) {
+    int rc = 0;
+    for (std::uint32_t d = 0; d < DEVICES; ++d) {
+      if (g_resources[d].load(std::memory_order_acquire) != nullptr && xlogrt_torch_empty_cache(static_cast<int>(d)) != 0) rc = -1;
+    }
+    return rc;
+  }
+  Resource* r = resource(device);
+  if (r == nullptr) return -1;
+  auto& rt = r->runtime();
+  (void)xlogrt::find_layer<xlogrt::Cached>(rt.stack())->trim();
+  if (auto done = rt.reap_pending(); !done) return set_error(done.error().what()), -1;
+  if (auto done = rt.driver().mempool_trim_to(rt.device()->mempool(), 0); !done) {
+    return set_error(done.error().what()), -1;
+  }
+  return 0;
+}
+
+int xlogrt_torch_set_memory_fraction(double fraction, int device) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {  // NaN fails too
+    return set_error("invalid_argument: a memory fraction must be in (0, 1], not " + std::to_string(fraction)), -1;
+  }
+  Resource* r = resource(device);
+  if (r == nullptr) return -1;
+  const auto total = static_cast<double>(r->runtime().device()->info().total_bytes);
+  const auto limit = static_cast<std::size_t>(std::floor(fraction * total));
+  if (auto done = xlogrt::set_device_budget(static_cast<std::uint32_t>(device), limit); !done) {
+    return set_error(done.error().what()), -1;
+  }
   return 0;
 }
 
@@ -169,5 +241,7 @@ int xlogrt_torch_flush_log(int device) {
 }
 
 const char* xlogrt_torch_last_error(void) { return t_last_error.c_str(); }
+
+const char* xlogrt_torch_version(void) { return XLOGRT_VERSION; }
 
 }  // extern "C"

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The C interface of libxlogrt_torch: the allocation functions that
  * torch.cuda.memory.CUDAPluggableAllocator(path, "xlogrt_torch_malloc", "xlogrt_torch_free")
- * loads, and what the torch hooks (torch_hooks.cpp) and Python (xlogrt_torch.py) call. */
+ * loads, and what the torch hooks (torch_hooks.cpp) and Python (xlogrt_torch/) call.
+ *
+ * The library exports these functions and nothing else (xlogrt_torch.map), so that a
+ * copy of libstdc++ linked into it statically never stands in for the process's own. */
 #ifndef XLOGRT_TORCH_H
 #define XLOGRT_TORCH_H
 
@@ -13,44 +16,70 @@
 extern "C" {
 #endif
 
+#define XLOGRT_TORCH_API __attribute__((visibility("default")))
+
 typedef struct CUstream_st* xlogrt_torch_stream; /* cudaStream_t */
 
 /* torch's alloc_fn: `size` bytes on device `device`, usable on `stream`. Returns NULL for
- * size 0. On failure: calls the failure handler when one is set (the torch hooks' throws
- * torch.OutOfMemoryError), else returns NULL; xlogrt_torch_last_error says why. */
-void* xlogrt_torch_malloc(ssize_t size, int device, xlogrt_torch_stream stream);
+ * size 0. On failure (a negative size, an unknown device, the stack's refusal): calls the
+ * failure handler when one is set (the torch hooks' throws torch.OutOfMemoryError), else
+ * returns NULL; xlogrt_torch_last_error says why. */
+XLOGRT_TORCH_API void* xlogrt_torch_malloc(ssize_t size, int device, xlogrt_torch_stream stream);
 /* torch's free_fn: the free of `ptr` is queued on `stream` (the allocation's), after
- * every use recorded with xlogrt_torch_record_stream. A refused free is reported on
- * stderr and keeps the block (nothing is lost). */
-void xlogrt_torch_free(void* ptr, ssize_t size, int device, xlogrt_torch_stream stream);
+ * every use recorded with xlogrt_torch_record_stream. A refused free (a pointer this
+ * library did not hand out, a negative size or one other than the allocation's, an
+ * unknown device) is reported on stderr and keeps the block (nothing is lost). */
+XLOGRT_TORCH_API void xlogrt_torch_free(void* ptr, ssize_t size, int device, xlogrt_torch_stream stream);
 /* Tensor.record_stream: the free of `ptr` waits for the work enqueued on `stream` so far.
  * Returns 0, or -1 (xlogrt_torch_last_error says why). */
-int xlogrt_torch_record_stream(void* ptr, xlogrt_torch_stream stream);
+XLOGRT_TORCH_API int xlogrt_torch_record_stream(void* ptr, xlogrt_torch_stream stream);
 
 /* Called with the message of a failed allocation, instead of returning NULL. It may
  * throw a C++ exception (the torch hooks throw c10::OutOfMemoryError); NULL: none. */
 typedef void (*xlogrt_torch_failure_handler)(const char* message, size_t bytes, int device);
-void xlogrt_torch_set_failure_handler(xlogrt_torch_failure_handler handler);
+XLOGRT_TORCH_API void xlogrt_torch_set_failure_handler(xlogrt_torch_failure_handler handler);
 
-/* Figures of one device's stack (all zero before its first allocation). */
+/* Figures of one device (all zero before its first allocation). Reading them first
+ * retires the queued frees the device has reached, without waiting. */
 typedef struct xlogrt_torch_stats {
-  uint64_t current_bytes;     /* allocated and not freed (Statistics) */
-  uint64_t peak_bytes;        /* an upper bound of the largest current_bytes */
+  uint64_t current_bytes;     /* allocated and not freed, as asked for (Statistics) */
+  uint64_t peak_bytes;        /* an upper bound of the largest current_bytes since the last reset */
   uint64_t total_bytes;       /* allocated since start */
+  uint64_t freed_bytes;       /* freed since start */
+  uint64_t current_count;     /* blocks allocated and not freed */
   uint64_t allocations;       /* successful allocations */
   uint64_t frees;             /* successful frees */
   uint64_t failed;            /* allocations the stack refused */
-  uint64_t bytes_outstanding; /* the stack's: frees not yet reaped still count */
+  uint64_t bytes_outstanding; /* what the stack holds of the device: live, cached, frees not yet retired */
+  uint64_t cached_bytes;      /* of which in the caching layer (0 with XLOGRT_CACHE=0) */
+  uint64_t pool_reserved;     /* the device pool's reserved memory (cuMemPoolGetAttribute) */
+  uint64_t pool_reserved_peak;/* its highest since the pool was created */
+  uint64_t pool_used;         /* the pool's memory its allocations occupy */
+  uint64_t device_allocs;     /* requests the caching layer passed to the pool */
+  uint64_t alloc_retries;     /* pool failures retried after the cache gave memory back */
   uint64_t budget_bytes;      /* the device's budget; UINT64_MAX: none */
+  uint64_t budget_in_use;     /* bytes charged to it */
 } xlogrt_torch_stats;
 /* Returns 0, or -1 for a device that has no runtime (and cannot have one). */
-int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out);
+XLOGRT_TORCH_API int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out);
+/* Statistics' peaks start again from the bytes live now. Returns 0 or -1. */
+XLOGRT_TORCH_API int xlogrt_torch_reset_peak(int device);
 /* Waits for the queued frees of `device` and retires them. Returns 0 or -1. */
-int xlogrt_torch_reap(int device);
+XLOGRT_TORCH_API int xlogrt_torch_reap(int device);
+/* torch.cuda.empty_cache: gives the caching layer's blocks back to the pool, waits for the
+ * device's queued frees, and returns the pool's unused memory to the device (other
+ * processes can use it). Every device with a runtime when `device` is -1. Returns 0 or -1. */
+XLOGRT_TORCH_API int xlogrt_torch_empty_cache(int device);
+/* torch.cuda.set_per_process_memory_fraction: the device's budget becomes `fraction`
+ * (0 < fraction <= 1) of its memory. Returns 0, or -1 for a fraction out of range (the
+ * budget is unchanged) or a device without a runtime. */
+XLOGRT_TORCH_API int xlogrt_torch_set_memory_fraction(double fraction, int device);
 /* Flushes the XLOGRT_LOG_FILE log of `device`. Returns 0 or -1. */
-int xlogrt_torch_flush_log(int device);
+XLOGRT_TORCH_API int xlogrt_torch_flush_log(int device);
 /* The message of the last error on the calling thread ("" when none). */
-const char* xlogrt_torch_last_error(void);
+XLOGRT_TORCH_API const char* xlogrt_torch_last_error(void);
+/* The version of xlogrt this library was built from (meson.build's project version). */
+XLOGRT_TORCH_API const char* xlogrt_torch_version(void);
 
 #ifdef __cplusplus
 }
