@@ -50,7 +50,9 @@ def allocator_env(allocator):
 def install(allocator, build):
     if allocator.startswith("xlogrt"):
         if build:
-            sys.path.insert(0, HERE)
+            sys.path.insert(0, HERE)  # the module beside this file, over the build's libraries
+        else:  # the installed package, not the source beside this script
+            sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
         import xlogrt_torch
         xlogrt_torch.install(build)
         return xlogrt_torch

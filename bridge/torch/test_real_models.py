@@ -101,6 +101,8 @@ def main():
     live = x["stats_with_64mib_live"]
     check(live["allocated_bytes.all.current"] >= 64 << 20, "memory_stats counts the 64 MiB tensor")
     after = x["stats_after_empty_cache"]
+    check(live["xlogrt.held_bytes"] >= live["xlogrt.cached_bytes"] + live["allocated_bytes.all.current"],
+          "xlogrt.held_bytes counts the live and the cached bytes")
     check(after["xlogrt.cached_bytes"] == 0 and after["xlogrt.held_bytes"] == after["allocated_bytes.all.current"],
           f"torch.cuda.empty_cache reaches xlogrt (cached {after['xlogrt.cached_bytes']}, held "
           f"{after['xlogrt.held_bytes']} = live {after['allocated_bytes.all.current']})")

@@ -43,6 +43,8 @@ def install_allocator(build, allocator):
         return None
     if build is not None:
         sys.path.insert(0, HERE)  # the module beside this file, over the build's libraries
+    else:  # the installed package, not the source beside this script
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
     import xlogrt_torch
     xlogrt_torch.install(build, record_stream=(allocator != "xlogrt-norecord"))
     return xlogrt_torch

@@ -50,8 +50,9 @@ typedef struct xlogrt_torch_stats {
   uint64_t allocations;       /* successful allocations */
   uint64_t frees;             /* successful frees */
   uint64_t failed;            /* allocations the stack refused */
-  uint64_t bytes_outstanding; /* what the stack holds of the device: live, cached, frees not yet retired */
-  uint64_t cached_bytes;      /* of which in the caching layer (0 with XLOGRT_CACHE=0) */
+  uint64_t bytes_outstanding; /* live blocks and frees not yet retired (DeviceRuntime::bytes_outstanding) */
+  uint64_t cached_bytes;      /* blocks in the caching layer (0 with XLOGRT_CACHE=0); the stack holds
+                                 bytes_outstanding + cached_bytes of the device */
   uint64_t pool_reserved;     /* the device pool's reserved memory (cuMemPoolGetAttribute) */
   uint64_t pool_reserved_peak;/* its highest since the pool was created */
   uint64_t pool_used;         /* the pool's memory its allocations occupy */

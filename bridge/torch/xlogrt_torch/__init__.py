@@ -185,7 +185,7 @@ def memory_stats(device=None):
         "num_alloc_retries": s["alloc_retries"],
         "num_ooms": s["failed"],
         "num_device_alloc": s["device_allocs"],
-        "xlogrt.held_bytes": s["bytes_outstanding"],
+        "xlogrt.held_bytes": s["bytes_outstanding"] + s["cached_bytes"],
         "xlogrt.cached_bytes": s["cached_bytes"],
         "xlogrt.pool_used_bytes": s["pool_used"],
         "xlogrt.budget_bytes": s["budget_bytes"],
