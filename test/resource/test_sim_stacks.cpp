@@ -8,6 +8,7 @@
 #include "stack_registry.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <atomic>
@@ -132,4 +133,35 @@ TEST_CASE("Budget over AsyncCuda on SimDriver: 8 threads never make the device h
   CHECK(b.bytes_outstanding() == 0);
   CHECK(device_budget(ordinal)->in_use == 0);
   REQUIRE(clear_device_budget(ordinal).has_value());
+}
+
+TEST_CASE("the default stack with XLOGRT_CACHE=thread_block_bytes=0 keeps no thread bins: blocks go through the depots",
+          "[sim][env_config]") {
+  // Issue #28, finding 5: the variable refused the 0 that CachedOptions defines.
+  SimDriver sim;
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  REQUIRE(::setenv("XLOGRT_CACHE", "thread_block_bytes=0", 1) == 0);
+  auto s = StackBuilder<DefaultStackOn<SimDriver>>::build(*pool);
+  REQUIRE(::unsetenv("XLOGRT_CACHE") == 0);
+  INFO((s ? std::string() : s.error().what()));
+  REQUIRE(s.has_value());
+  auto* cache = find_layer<Cached>(*s);
+  REQUIRE(cache != nullptr);
+  CHECK(cache->options().enabled);
+  CHECK(cache->options().thread_block_bytes == 0u);
+  for (int i = 0; i < 4; ++i) {  // a small block, freed and asked for again: from the depot
+    auto b = s->allocate(4096, StreamId{0}, AllocTag{1});
+    REQUIRE(b.has_value());
+    REQUIRE(s->deallocate(std::move(*b)).has_value());
+  }
+  const CacheStats st = cache->stats();
+  CHECK(st.hits == 0);  // no thread bin held the block ...
+  CHECK(st.depot_hits == 3);  // ... its stream's depot did
+  CHECK(cache->trim() > 0);
+  sim.run_until_idle();
+  REQUIRE(s->reap_pending().has_value());
+  CHECK(s->bytes_outstanding() == 0);
 }
