@@ -6,6 +6,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <unistd.h>
 #include <atomic>
 #include <set>
 #include <thread>
@@ -246,6 +250,57 @@ TEST_CASE("ThrustAllocator allocates on its stream, frees by pointer and throws 
     CHECK(dynamic_cast<const allocation_error*>(&e) != nullptr);
   }
   CHECK(rig.rt->stack().snapshot().of(AllocTag{4}).failed == 1);
+}
+
+namespace {
+/// What `f` writes to stderr (fd 2), through a temporary file.
+template <class F>
+std::string captured_stderr(F&& f) {
+  std::fflush(stderr);
+  std::FILE* tmp = std::tmpfile();
+  REQUIRE(tmp != nullptr);
+  const int saved = ::dup(2);
+  REQUIRE(saved >= 0);
+  REQUIRE(::dup2(::fileno(tmp), 2) >= 0);
+  f();
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::string out;
+  std::rewind(tmp);
+  for (int c; (c = std::fgetc(tmp)) != EOF;) out += static_cast<char>(c);
+  std::fclose(tmp);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("ThrustAllocator reports a refused free: counted by every copy, written to stderr once",
+          "[interop][thrust]") {
+  // Issue #28, finding 8: deallocate dropped the resource's error silently.
+  Rig rig;
+  PointerResource<Stack> res(*rig.rt, {.tag = AllocTag{5}});
+  auto s = rig.foreign_stream();
+  ThrustAllocator<PointerResource<Stack>> alloc(res, s);
+  auto copy = alloc;  // Thrust frees through its copy
+  char* p = alloc.allocate(4096);
+  REQUIRE(p != nullptr);
+  alignas(256) static char foreign[256];
+  const std::string out = captured_stderr([&] {
+    copy.deallocate(foreign, sizeof foreign);  // not the resource's pointer
+    copy.deallocate(p, 8192);                  // the wrong size: refused, the block stays live
+  });
+  CHECK(alloc.refused_frees() == 2);
+  CHECK(copy.refused_frees() == 2);
+  CHECK_THAT(out, Catch::Contains("ThrustAllocator") && Catch::Contains("refused"));
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);  // once, not per refusal
+  REQUIRE(res.find(p) != nullptr);                        // still live, still filed
+  alloc.deallocate(p, 4096);
+  CHECK(res.find(p) == nullptr);
+  CHECK(alloc.refused_frees() == 2);
+  const std::string again = captured_stderr([&] { copy.deallocate(p, 4096); });  // a second free
+  CHECK(alloc.refused_frees() == 3);
+  CHECK(again.empty());
+  CHECK(rig.rt->stack().snapshot().of(AllocTag{5}).current_bytes == 0);
 }
 
 TEST_CASE("find_layer finds a layer of a stack whatever sits above it", "[interop]") {

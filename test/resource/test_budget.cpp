@@ -487,3 +487,35 @@ TEST_CASE("a request too big for the budget on a stream the device lacks is unkn
   CHECK(over.error().code() == errc::out_of_budget);
   CHECK(in_use(ord) == 0);
 }
+
+TEST_CASE("destroying a stack gives back what it charged: its live blocks and its queued frees", "[budget]") {
+  // Issue #28, finding 6: a stack destroyed with blocks live left their charge on the
+  // ordinal for ever, a budget no later stack of the process could get back.
+  constexpr std::uint32_t ord = 14;
+  REQUIRE(set_device_budget(ord, 10000).has_value());
+  PlainSpy spy(ord);  // frees are queued: reaped later
+  auto st = spy.state();
+  Budget<SyncSpy> survivor{SyncSpy(ord)};
+  auto kept = survivor.allocate(1000, StreamId{0}, AllocTag{});
+  REQUIRE(kept.has_value());
+  {
+    Budget<PlainSpy> doomed{std::move(spy)};
+    auto a = doomed.allocate(3000, StreamId{0}, AllocTag{});
+    auto b = doomed.allocate(2000, StreamId{1}, AllocTag{});
+    auto c = doomed.allocate(500, StreamId{0}, AllocTag{});
+    REQUIRE((a && b && c));
+    REQUIRE(doomed.deallocate(std::move(*c)).has_value());  // queued: still charged
+    CHECK(in_use(ord) == 6500);
+    CHECK(doomed.charged_bytes() == 5500);
+    st->fail_reap_in = 1;  // the destructor's reap fails: the queued free is given back all the same
+    // a and b stay live: their holder never frees them before the stack goes.
+  }
+  CHECK(in_use(ord) == 1000);  // the survivor's block alone
+  auto big = survivor.allocate(9000, StreamId{0}, AllocTag{});  // the whole rest of the budget
+  REQUIRE(big.has_value());
+  REQUIRE(survivor.deallocate(std::move(*big)).has_value());
+  REQUIRE(survivor.deallocate(std::move(*kept)).has_value());
+  CHECK(survivor.charged_bytes() == 0);
+  CHECK(in_use(ord) == 0);
+  REQUIRE(clear_device_budget(ord).has_value());
+}

@@ -98,6 +98,31 @@ TEST_CASE("XLOGRT_CACHE: a mode and the caching layer's sizes, comma-separated",
   CHECK_THAT(zero.error().message(), Catch::Contains("XLOGRT_CACHE depot_bytes='0' is zero"));
 }
 
+TEST_CASE("XLOGRT_CACHE: thread_block_bytes=0 is accepted (every block through the depots), other zeros are not",
+          "[env_config]") {
+  // Issue #28, finding 5: CachedOptions documents thread_block_bytes = 0 as "every block
+  // goes through the depots", but the variable refused it as "is zero".
+  for (const char* v : {"thread_block_bytes=0", "on,thread_block_bytes=0K", "thread_block_bytes=64K,thread_block_bytes=0 B"}) {
+    INFO(v);
+    auto c = parse_env_config(nullptr, nullptr, v);
+    INFO((c ? std::string() : c.error().what()));
+    REQUIRE(c.has_value());
+    CHECK(c->cache);
+    REQUIRE(c->cache_sizes.thread_block_bytes.has_value());
+    CHECK(*c->cache_sizes.thread_block_bytes == 0u);
+  }
+  for (const char* v : {"max_block_bytes=0", "bin_bytes=0", "thread_bytes=0", "depot_bytes=0K"}) {
+    INFO(v);
+    auto c = parse_env_config(nullptr, nullptr, v);
+    REQUIRE_FALSE(c);
+    CHECK(c.error().code() == errc::invalid_argument);
+    CHECK_THAT(c.error().message(), Catch::Contains("is zero") && Catch::Contains("only thread_block_bytes may be 0"));
+  }
+  auto empty = parse_env_config(nullptr, nullptr, "thread_block_bytes=");  // still no number
+  REQUIRE_FALSE(empty);
+  CHECK_THAT(empty.error().message(), Catch::Contains("XLOGRT_CACHE thread_block_bytes='' is empty"));
+}
+
 TEST_CASE("weak spot: a budget of 2^63 bytes or more is refused, not taken as no budget", "[env_config]") {
   for (const char* v : {"9223372036854775808", "9223372036854775807", "18446744073709551615", "8388608T"}) {
     INFO(v);

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -101,6 +102,69 @@ TEST_CASE("live blocks: a refused allocation is the last failure; a refused free
   CHECK(snap.last_failure->stream == StreamId{3});
   CHECK(snap.last_failure->tag == AllocTag{4});
 
+  REQUIRE(lb.deallocate(std::move(*a)).has_value());
+  CHECK(lb.snapshot().blocks.empty());
+}
+
+namespace {
+
+/// A spy that runs `before_free` at the start of its deallocate, once: a free that arrives
+/// while another is inside the upstream, without threads (the order is the test's).
+struct InterleavingSpy : Adaptor<PlainSpy> {
+  using Adaptor<PlainSpy>::Adaptor;
+  std::shared_ptr<std::function<void()>> before_free = std::make_shared<std::function<void()>>();
+  result<void> deallocate(DeviceBlock&& b) noexcept {
+    if (auto f = std::exchange(*before_free, nullptr)) f();
+    return upstream().deallocate(std::move(b));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("live blocks: a refused forged free that races the owner's free leaves no freed block behind",
+          "[live_blocks]") {
+  // Issue #28, finding 2: the forged free took the entry out, the owner's free (finding
+  // nothing) went through, and the forger's refusal put the entry back: the table then
+  // listed a freed block for ever.
+  PlainSpy spy;
+  InterleavingSpy ispy{std::move(spy)};
+  auto hook = ispy.before_free;
+  LiveBlocks<InterleavingSpy> lb{std::move(ispy)};
+  auto a = lb.allocate(256, StreamId{0}, AllocTag{1});
+  auto keep = lb.allocate(128, StreamId{1}, AllocTag{2});
+  REQUIRE((a && keep));
+  const std::uint64_t pa = a->ptr();
+  const BlockId real = a->id();
+  DeviceBlock forged{a->ptr(), a->bytes(), a->alloc_stream(), a->device_ordinal(), a->tag(),
+                     BlockId{real.owner, real.index, real.generation + 1}};
+  // While the forged free is inside the upstream, the owner frees the block for real.
+  result<void> owner_free = error{errc::empty_block, "not run"};
+  *hook = [&] { owner_free = lb.deallocate(std::move(*a)); };
+  auto refused = lb.deallocate(std::move(forged));
+  REQUIRE(owner_free.has_value());
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().code() == errc::double_free);
+  CHECK_FALSE(forged.empty());  // the refused block stays with its (forging) caller
+
+  const auto m = by_ptr(lb.snapshot());
+  CHECK(m.count(pa) == 0);  // the freed block is gone ...
+  CHECK(m.count(keep->ptr()) == 1);
+  CHECK(m.size() == 1);  // ... and nothing else appeared
+  REQUIRE(lb.deallocate(std::move(*keep)).has_value());
+  CHECK(lb.snapshot().blocks.empty());
+}
+
+TEST_CASE("live blocks: a refused forged free leaves the owner's entry, which the owner's free then clears",
+          "[live_blocks]") {
+  PlainSpy spy;
+  LiveBlocks<PlainSpy> lb{std::move(spy)};
+  auto a = lb.allocate(256, StreamId{0}, AllocTag{1});
+  REQUIRE(a.has_value());
+  const BlockId real = a->id();
+  DeviceBlock forged{a->ptr(), a->bytes(), a->alloc_stream(), a->device_ordinal(), a->tag(),
+                     BlockId{real.owner, real.index + 1000, real.generation}};
+  REQUIRE_FALSE(lb.deallocate(std::move(forged)));
+  REQUIRE(lb.snapshot().blocks.size() == 1);
   REQUIRE(lb.deallocate(std::move(*a)).has_value());
   CHECK(lb.snapshot().blocks.empty());
 }

@@ -4,14 +4,22 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <streambuf>
 #include <thread>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -287,4 +295,95 @@ TEST_CASE("NullSink compiles away; FileSink without a file logs nothing", "[logg
   REQUIRE(off.deallocate(std::move(*b)).has_value());
   CHECK(off.dropped() == 0);
   CHECK(off.flush().has_value());
+}
+
+TEST_CASE("FileSink names the path escaped: a newline, ESC or BEL in it reaches no terminal", "[logging]") {
+  // Issue #28, finding 4: the path was printed raw.
+  const std::string path = "/nonexistent-dir/a\nb\x1b[31m\x07.csv";
+  auto s = FileSink::open(path);
+  REQUIRE_FALSE(s);
+  CHECK(s.error().code() == errc::sink_failure);
+  const std::string m = s.error().message();
+  CHECK_THAT(m, Catch::Contains("'/nonexistent-dir/a\\x0ab\\x1b[31m\\x07.csv'"));
+  CHECK(m.find_first_of("\n\x1b\x07") == std::string::npos);
+}
+
+TEST_CASE("FileSink refuses a FIFO by name at once, with or without a reader, and a directory", "[logging]") {
+  // Issue #28, finding 4: a FIFO with no reader made the open wait for one for ever.
+  const std::string fifo = "xlogrt_test_fifo_" + std::to_string(::getpid());
+  (void)::unlink(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto opening = std::async(std::launch::async, [&] { return FileSink::open(fifo); });
+  if (opening.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // lets the open return
+    (void)opening.wait();
+    if (reader >= 0) ::close(reader);
+    (void)::unlink(fifo.c_str());
+    FAIL("FileSink::open of a FIFO without a reader still waited after 5 s");
+  }
+  auto no_reader = opening.get();
+  REQUIRE_FALSE(no_reader);
+  CHECK(no_reader.error().code() == errc::sink_failure);
+  CHECK_THAT(no_reader.error().message(), Catch::Contains(fifo) && Catch::Contains("a FIFO, not a regular file"));
+
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // a reader does not make it a file
+  REQUIRE(reader >= 0);
+  auto with_reader = FileSink::open(fifo);
+  ::close(reader);
+  (void)::unlink(fifo.c_str());
+  REQUIRE_FALSE(with_reader);
+  CHECK_THAT(with_reader.error().message(), Catch::Contains("a FIFO, not a regular file"));
+
+  auto dir = FileSink::open(".");
+  REQUIRE_FALSE(dir);
+  CHECK_THAT(dir.error().message(), Catch::Contains("a directory, not a regular file"));
+}
+
+TEST_CASE("a FileSink whose file fills up mid-batch leaves whole lines only, and goes on after them", "[logging]") {
+  // Issue #28, finding 4: a short write (the disk full) left a partial CSV line at the
+  // end, and a later batch was appended to it. A child process writes under a small
+  // RLIMIT_FSIZE (SIGXFSZ ignored, so write(2) fails with EFBIG past the limit, as it
+  // fails with ENOSPC on a full disk) that ends in the middle of the third record.
+  const LogRecord rec{4242, 1'700'000'000'000'000'000, LogAction::allocate, 0x7f0000001000, 4096, StreamId{1}, AllocTag{2}};
+  char line[detail::LOG_LINE_MAX];
+  const std::size_t len = detail::format_log_line(rec, 0, line);
+  const std::size_t header = LOG_CSV_HEADER.size() + 1;
+  const std::size_t limit = header + 2 * len + len / 2;
+  const std::string path = "xlogrt_test_fsize_" + std::to_string(::getpid()) + ".csv";
+  (void)::unlink(path.c_str());
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    int code = 0;
+    {
+      std::signal(SIGXFSZ, SIG_IGN);
+      rlimit rl{static_cast<rlim_t>(limit), static_cast<rlim_t>(limit)};
+      if (::setrlimit(RLIMIT_FSIZE, &rl) != 0) ::_exit(10);
+      auto sink = FileSink::open(path);
+      if (!sink) ::_exit(11);
+      for (int i = 0; i < 5; ++i) sink->write(rec);
+      if (sink->flush()) code = 12;  // some records cannot fit: flush must say so
+      sink->write(rec);  // a later batch: it fits where the cut batch began, or is dropped
+      (void)sink->flush();
+    }  // drains and closes
+    ::_exit(code);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  (void)::unlink(path.c_str());
+  INFO("the file: " << text);
+  REQUIRE(text.size() >= header);
+  CHECK(text.size() <= limit);
+  CHECK(text.back() == '\n');
+  CHECK((text.size() - header) % len == 0);  // whole lines, each the same record
+  std::istringstream is(text);
+  auto log = read_log_csv(is);
+  INFO((log ? std::string() : log.error().what()));
+  REQUIRE(log.has_value());
+  CHECK(log->size() == (text.size() - header) / len);
+  for (const auto& r : *log) CHECK(r.bytes == 4096u);
 }

@@ -8,7 +8,14 @@
 #include "stack_registry.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <chrono>
+#include <future>
+#include <string>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <span>
 #include <atomic>
 #include <thread>
@@ -132,4 +139,74 @@ TEST_CASE("Budget over AsyncCuda on SimDriver: 8 threads never make the device h
   CHECK(b.bytes_outstanding() == 0);
   CHECK(device_budget(ordinal)->in_use == 0);
   REQUIRE(clear_device_budget(ordinal).has_value());
+}
+
+TEST_CASE("the default stack with XLOGRT_CACHE=thread_block_bytes=0 keeps no thread bins: blocks go through the depots",
+          "[sim][env_config]") {
+  // Issue #28, finding 5: the variable refused the 0 that CachedOptions defines.
+  SimDriver sim;
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  REQUIRE(::setenv("XLOGRT_CACHE", "thread_block_bytes=0", 1) == 0);
+  auto s = StackBuilder<DefaultStackOn<SimDriver>>::build(*pool);
+  REQUIRE(::unsetenv("XLOGRT_CACHE") == 0);
+  INFO((s ? std::string() : s.error().what()));
+  REQUIRE(s.has_value());
+  auto* cache = find_layer<Cached>(*s);
+  REQUIRE(cache != nullptr);
+  CHECK(cache->options().enabled);
+  CHECK(cache->options().thread_block_bytes == 0u);
+  for (int i = 0; i < 4; ++i) {  // a small block, freed and asked for again: from the depot
+    auto b = s->allocate(4096, StreamId{0}, AllocTag{1});
+    REQUIRE(b.has_value());
+    REQUIRE(s->deallocate(std::move(*b)).has_value());
+  }
+  const CacheStats st = cache->stats();
+  CHECK(st.hits == 0);  // no thread bin held the block ...
+  CHECK(st.depot_hits == 3);  // ... its stream's depot did
+  CHECK(cache->trim() > 0);
+  sim.run_until_idle();
+  REQUIRE(s->reap_pending().has_value());
+  CHECK(s->bytes_outstanding() == 0);
+}
+
+TEST_CASE("the default stack names XLOGRT_LOG_FILE in its errors, escapes the path, and refuses a FIFO",
+          "[sim][logging]") {
+  // Issue #28, finding 4: the budget's and the cache's errors named their variable and
+  // escaped its value; the log file's did neither, and a FIFO made the build wait for ever.
+  SimDriver sim;
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  auto build = [&](const std::string& value) {
+    REQUIRE(::setenv("XLOGRT_LOG_FILE", value.c_str(), 1) == 0);
+    auto s = StackBuilder<DefaultStackOn<SimDriver>>::build(*pool);
+    REQUIRE(::unsetenv("XLOGRT_LOG_FILE") == 0);
+    return s;
+  };
+  auto raw = build("/nonexistent-dir/log\n\x1b]0;title\x07.csv");
+  REQUIRE_FALSE(raw);
+  CHECK(raw.error().code() == errc::sink_failure);
+  const std::string m = raw.error().message();
+  CHECK_THAT(m, Catch::StartsWith("XLOGRT_LOG_FILE: ") && Catch::Contains("log\\x0a\\x1b]0;title\\x07.csv"));
+  CHECK(m.find_first_of("\n\x1b\x07") == std::string::npos);
+
+  const std::string fifo = "xlogrt_test_env_fifo_" + std::to_string(::getpid());
+  (void)::unlink(fifo.c_str());
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto f = std::async(std::launch::async, [&] { return build(fifo); });
+  const bool returned = f.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  if (!returned) {  // the old behaviour: give it a reader so that the test ends
+    const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+    f.wait();
+    if (reader >= 0) ::close(reader);
+  }
+  (void)::unlink(fifo.c_str());
+  REQUIRE(returned);
+  auto on_fifo = f.get();
+  REQUIRE_FALSE(on_fifo);
+  CHECK_THAT(on_fifo.error().message(), Catch::StartsWith("XLOGRT_LOG_FILE: ") && Catch::Contains("a FIFO"));
 }

@@ -73,6 +73,7 @@
 #include "xlogrt/device/stream_pool.hpp"
 #include "xlogrt/driver/concept.hpp"
 #include "xlogrt/driver/lifetime.hpp"
+#include "xlogrt/driver/status.hpp"
 #include "xlogrt/reactor/atomics.hpp"
 #include "xlogrt/reactor/awaitable.hpp"
 #include "xlogrt/reactor/detail/reactor_counters.hpp"
@@ -511,7 +512,9 @@ class Reactor {
         StdAtomics::store_flag(word, 1, std::memory_order_release);
       }
     }
-    detail::ReactorWaiter* w = hub_->take_stream(s);
+    // A sticky status: the context is gone, its host functions never run, and the hub
+    // frees their tickets when it closes (detail/reactor_fallback.hpp).
+    detail::ReactorWaiter* w = hub_->take_stream(s, status::sticky(faults_.error_of(s).driver_status()));
     while (w != nullptr) {
       detail::ReactorWaiter* next = w->next_;
       faulted_count_.fetch_add(1, std::memory_order_relaxed);

@@ -275,6 +275,16 @@ struct BudgetOptions {
 /// Frees queued by *another* stack on the ordinal are reaped by that stack, not by this
 /// one's pressure path.
 ///
+/// Destruction gives back everything this Budget charged: its queued frees (reaped first,
+/// best effort) and its blocks still live. A block still live when its stack goes is
+/// lost to its holder (no resource can free it any more: its id names a resource that is
+/// gone), and charging it for ever would shrink the ordinal's budget for every later
+/// stack of the process, with no way to get the bytes back; the budget caps what live
+/// stacks hold. To count this stack's share without a shared line on the fast path, the
+/// bytes it holds charged are striped per stack like `pending` (`charged_`: + at a
+/// successful allocate, - when a queued free is credited or a synchronous free returns),
+/// summed only by the destructor. A move hands the counts to the new object.
+///
 /// Protocol (no read-modify-write on a line shared by all threads on the fast path).
 /// Each ordinal has BUDGET_STRIPES stripes; a thread uses the stripe of its ticket
 /// (detail::thread_stripe). A stripe has `charged` (charges minus credits made through
@@ -336,16 +346,20 @@ class Budget : public Adaptor<Upstream> {
         seen_retired_(o.seen_retired_.load(std::memory_order_relaxed)) {
     for (std::uint32_t i = 0; i < PENDING_STRIPES; ++i) {
       pending_[i].v.store(o.pending_[i].v.exchange(0, std::memory_order_acq_rel), std::memory_order_relaxed);
+      charged_[i].v.store(o.charged_[i].v.exchange(0, std::memory_order_acq_rel), std::memory_order_relaxed);
     }
   }
   Budget(const Budget&) = delete;
   Budget& operator=(const Budget&) = delete;
   Budget& operator=(Budget&&) = delete;
 
-  /// Frees still queued when the stack is destroyed are reaped (best effort) and
-  /// credited; blocks still live stay charged, since the device still holds them.
+  /// Frees still queued when the stack is destroyed are reaped (best effort); then all
+  /// this stack still has charged (blocks live, frees whose reap failed) is given back to
+  /// the ordinal's budget (see the class comment).
   ~Budget() {
     if (pending_credit() != 0) (void)reap_pending();
+    const std::size_t left = charged_bytes();
+    if (left != 0 && slot_ != nullptr) slot_->credit(stripe(), static_cast<std::int64_t>(left));
   }
 
   /// Errors: out_of_budget (after one reap and retry), invalid_ordinal (an upstream
@@ -375,6 +389,7 @@ class Budget : public Adaptor<Upstream> {
     } else if (b->bytes() < bytes) {
       slot_->credit(st, static_cast<std::int64_t>(bytes - b->bytes()));
     }
+    charged_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_add(b->bytes(), std::memory_order_relaxed);
     return b;
   }
 
@@ -387,7 +402,10 @@ class Budget : public Adaptor<Upstream> {
     auto r = upstream().deallocate(std::move(block));
     if (was_live && block.empty()) {
       if constexpr (SynchronousFree<Upstream>) {
-        if (slot_ != nullptr) slot_->credit(stripe(), static_cast<std::int64_t>(n));
+        if (slot_ != nullptr) {
+          slot_->credit(stripe(), static_cast<std::int64_t>(n));
+          charged_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_sub(n, std::memory_order_relaxed);
+        }
       } else {
         pending_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_add(n, std::memory_order_release);
         settle();  // the upstream may have retired frees while queuing this one
@@ -418,7 +436,10 @@ class Budget : public Adaptor<Upstream> {
       if (taken != 0) pending_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_add(taken, std::memory_order_relaxed);
       return r;
     }
-    if (taken != 0 && slot_ != nullptr) slot_->credit(stripe(), static_cast<std::int64_t>(taken));
+    if (taken != 0 && slot_ != nullptr) {
+      slot_->credit(stripe(), static_cast<std::int64_t>(taken));
+      charged_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_sub(taken, std::memory_order_relaxed);
+    }
     if constexpr (RetiringResource<Upstream>) {
       // Every retirement so far is covered by the credit above (or stays pending for the
       // next reap): settle must not credit it again.
@@ -435,6 +456,15 @@ class Budget : public Adaptor<Upstream> {
   std::size_t pending_credit() const noexcept {
     std::size_t sum = 0;
     for (const auto& p : pending_) sum += p.v.load(std::memory_order_relaxed);
+    return sum;
+  }
+
+  /// Bytes this stack holds charged against the ordinal's budget: its live blocks and
+  /// its frees not yet credited (exact once the threads that allocate and free through
+  /// it have finished; a moment's view while they run). What its destruction gives back.
+  std::size_t charged_bytes() const noexcept {
+    std::size_t sum = 0;  // wraps through "negative" stripes (a block freed by another thread) to the total
+    for (const auto& c : charged_) sum += c.v.load(std::memory_order_relaxed);
     return sum;
   }
 
@@ -480,7 +510,10 @@ class Budget : public Adaptor<Upstream> {
         }
         if (want == 0) break;
       }
-      if (taken != 0 && slot_ != nullptr) slot_->credit(stripe(), static_cast<std::int64_t>(taken));
+      if (taken != 0 && slot_ != nullptr) {
+        slot_->credit(stripe(), static_cast<std::int64_t>(taken));
+        charged_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_sub(taken, std::memory_order_relaxed);
+      }
     }
   }
 
@@ -512,6 +545,7 @@ class Budget : public Adaptor<Upstream> {
 
   detail::BudgetSlot* slot_;
   PendingStripe pending_[PENDING_STRIPES];
+  PendingStripe charged_[PENDING_STRIPES];  // this stack's charge, striped (see the class comment)
   std::atomic<std::uint64_t> seen_retired_{0};  // the upstream's retired_bytes() at the last settle
 };
 

@@ -17,7 +17,9 @@
 //                        CachedOptions' sizes (see cached.hpp), SIZE as for the budget:
 //                        max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes,
 //                        depot_bytes. E.g. XLOGRT_CACHE=on,depot_bytes=4G,thread_bytes=256M.
-//                        A later item overrides an earlier one.
+//                        A later item overrides an earlier one. A size of 0 is refused,
+//                        except thread_block_bytes=0, which CachedOptions defines: no
+//                        thread bins, every block goes through the depots.
 // A malformed value is an invalid_argument error that names the variable and the value;
 // nothing here aborts or throws.
 
@@ -82,10 +84,11 @@ inline std::string printable(std::string_view text) {
 /// Parses a byte count: digits, optional spaces, an optional K/M/G/T (any case) optionally
 /// followed by "B" or "iB", or a bare "B". Errors: invalid_argument (malformed, zero, or
 /// more than `max` bytes), the message naming `what` and the text (escaped: see
-/// detail::printable), and for zero, `zero_means` after "is zero".
+/// detail::printable), and for zero, `zero_means` after "is zero". `zero_allowed`: 0 (with
+/// or without a suffix) is a value, for a size whose 0 means something.
 inline result<std::size_t> parse_byte_size(std::string_view text, std::string_view what = "byte size",
                                            std::uint64_t max = std::numeric_limits<std::size_t>::max(),
-                                           std::string_view zero_means = {}) {
+                                           std::string_view zero_means = {}, bool zero_allowed = false) {
   auto bad = [&](std::string_view why) {
     return error{errc::invalid_argument, std::string(what) + "='" + detail::printable(text) + "' " +
                                              std::string(why) +
@@ -124,7 +127,10 @@ inline result<std::size_t> parse_byte_size(std::string_view text, std::string_vi
     }
     if (!rest.empty()) return bad("has an unknown suffix");
   }
-  if (v == 0) return bad("is zero" + std::string(zero_means));
+  if (v == 0) {
+    if (zero_allowed) return std::size_t{0};
+    return bad("is zero" + std::string(zero_means));
+  }
   if (shift != 0 && v > (std::numeric_limits<std::uint64_t>::max() >> shift)) return bad("is too large");
   v <<= shift;
   if (v > std::numeric_limits<std::size_t>::max() || v > max) {
@@ -169,7 +175,13 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
         if (field == nullptr) {
           return bad(item, "has an unknown key (max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, depot_bytes)");
         }
-        auto size = parse_byte_size(item.substr(eq + 1), std::string(ENV_CACHE) + " " + std::string(key));
+        // CachedOptions gives thread_block_bytes=0 a meaning (no thread bins: every block
+        // through the depots); a 0 for any other size would disable or break the cache.
+        const bool zero_allowed = field == &z.thread_block_bytes;
+        auto size = parse_byte_size(item.substr(eq + 1), std::string(ENV_CACHE) + " " + std::string(key),
+                                    std::numeric_limits<std::size_t>::max(),
+                                    " (of the sizes, only thread_block_bytes may be 0; use off to disable the cache)",
+                                    zero_allowed);
         if (!size) return std::move(size).error();
         *field = *size;
       } else if (item == "0" || item == "off" || item == "false") {

@@ -99,12 +99,24 @@ struct LiveBlocksOptions {
 /// holds a freed block). Recording on: the OS thread id (cached per thread), the clock,
 /// and an insert into one of SHARDS hash maps, each under its own spin lock, picked by
 /// the address, so threads meet on a lock only when their blocks hash alike; a free
-/// erases under the same lock. A failed allocate while recording updates the
+/// looks its entry up, and erases it once the upstream has accepted, under the same lock.
+/// A failed allocate while recording updates the
 /// last-failure record under one more lock (a cold path).
 ///
-/// A free is taken out of the table before it reaches the upstream (so a concurrent
-/// allocate that gets the same address back finds the slot free) and put back if the
-/// upstream refuses it (the block stays with the caller, still live).
+/// A free leaves the table only once the upstream has accepted it, and only the entry it
+/// found: every insert gives its entry a serial (per shard, under the shard's lock), the
+/// free notes the serial of the entry at its address before it calls the upstream and,
+/// once the upstream has accepted, erases the entry at that address only if it still
+/// bears that serial. So:
+///   - a refused free (forged, stale, double, or a driver failure) changes nothing: the
+///     block stays with the caller and in the table, and a refusal never puts back an
+///     entry that the owner's real free has taken out meanwhile (the free a forger races
+///     with leaves no freed block in the table for ever);
+///   - an allocate that gets the same address back while the free is on its way out
+///     replaces the entry (insert_or_assign, a new serial), and the free, seeing another
+///     serial, leaves the new block's entry alone.
+/// Between the upstream's acceptance and the erase a snapshot may still list the block:
+/// a snapshot is a view of a moment per shard, and that block was live a moment ago.
 ///
 /// Memory orders. The shard count is written under the shard's lock and read relaxed by
 /// deallocate: the block's allocate (and so its insert) happened-before its free, via
@@ -141,18 +153,20 @@ class LiveBlocks : public Adaptor<Upstream> {
     if (block.empty() || s.count.load(std::memory_order_relaxed) == 0) {
       return upstream().deallocate(std::move(block));
     }
-    std::optional<Entry> taken;
+    std::optional<std::uint64_t> serial;  // of the entry this free would take out
     {
       std::lock_guard lock(s.lock);
-      if (auto it = s.map.find(p); it != s.map.end()) {
-        taken = it->second;
+      if (auto it = s.map.find(p); it != s.map.end()) serial = it->second.serial;
+    }
+    auto r = upstream().deallocate(std::move(block));
+    if (r && serial) {  // accepted: forget the entry found, unless it has been replaced since
+      std::lock_guard lock(s.lock);
+      if (auto it = s.map.find(p); it != s.map.end() && it->second.serial == *serial) {
         s.map.erase(it);
         s.count.store(s.map.size(), std::memory_order_relaxed);
       }
     }
-    auto r = upstream().deallocate(std::move(block));
-    if (taken && !block.empty()) insert(s, p, *taken);  // refused: the block is still live
-    return r;
+    return r;  // refused: the table is as it was, the block still live with its caller
   }
 
 
@@ -190,6 +204,7 @@ class LiveBlocks : public Adaptor<Upstream> {
     std::size_t bytes;
     StreamId stream;
     AllocTag tag;
+    std::uint64_t serial = 0;  // set by insert: which recording of the address this is
     LogRecord record(std::uint64_t ptr) const noexcept {
       return LogRecord{thread, time_ns, LogAction::allocate, ptr, bytes, stream, tag};
     }
@@ -197,6 +212,7 @@ class LiveBlocks : public Adaptor<Upstream> {
   struct alignas(detail::STRIPE_ALIGN) Shard {
     detail::SpinLock lock;
     std::atomic<std::size_t> count{0};  // map.size(), readable without the lock
+    std::uint64_t next_serial = 0;       // under the lock
     std::unordered_map<std::uint64_t, Entry> map;
   };
   struct State {
@@ -216,11 +232,12 @@ class LiveBlocks : public Adaptor<Upstream> {
 
   void record(const DeviceBlock& b, StreamId stream, AllocTag tag) noexcept {
     const std::uint64_t p = b.ptr();
-    insert(state_->shard(p), p, Entry{detail::os_thread_id(), detail::now_ns(), b.bytes(), stream, tag});
+    insert(state_->shard(p), p, Entry{detail::os_thread_id(), detail::now_ns(), b.bytes(), stream, tag, 0});
   }
 
-  void insert(Shard& s, std::uint64_t p, const Entry& e) noexcept {
+  void insert(Shard& s, std::uint64_t p, Entry e) noexcept {
     std::lock_guard lock(s.lock);
+    e.serial = s.next_serial++;
     try {
       s.map.insert_or_assign(p, e);
       s.count.store(s.map.size(), std::memory_order_relaxed);

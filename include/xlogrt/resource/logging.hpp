@@ -5,6 +5,11 @@
 // column layout of RAPIDS RMM's logging_resource_adaptor (see detail/log_record.hpp for
 // the exact format), so that logs from RMM's tools and ours read alike.
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cerrno>
 #include <concepts>
@@ -29,6 +34,7 @@
 #include "xlogrt/resource/detail/decorator.hpp"
 #include "xlogrt/resource/detail/log_record.hpp"
 #include "xlogrt/resource/detail/log_writer.hpp"
+#include "xlogrt/resource/env_config.hpp"
 
 namespace xlogrt {
 
@@ -86,21 +92,53 @@ class FileSink : public detail::WriterSink {
 
   FileSink() noexcept = default;
 
-  /// Opens (truncates) `path` and writes the header line. Errors: sink_failure naming the
-  /// path and the system's reason.
+  /// Opens (creates or truncates) `path`, which must be a regular file, and writes the
+  /// header line. Errors: sink_failure naming the path (escaped as detail::printable
+  /// does: a path from the environment may hold a newline or an escape sequence) and the
+  /// reason: the system's, or "is a FIFO" (a directory, a device ...).
+  ///
+  /// Never blocks: the file is opened O_NONBLOCK, so a FIFO without a reader fails at
+  /// once (ENXIO) instead of waiting for one for ever, and anything that is not a regular
+  /// file is refused by name, looked up before the open and checked again on the open
+  /// descriptor (a path replaced between the two is caught). A FIFO or a device would
+  /// take the writer thread's batches at its own pace, or not at all, and cannot be cut
+  /// back to whole lines (see detail/log_writer.hpp).
   static result<FileSink> open(const std::string& path, LogSinkOptions options = {}) noexcept {
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    if (f == nullptr) {
+    auto fail = [&](const std::string& why) {
+      return error{errc::sink_failure, "cannot open log file '" + detail::printable(path) + "' for writing: " + why};
+    };
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return fail(not_regular(st.st_mode));
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0666);
+    if (fd < 0) {
       const int e = errno;
-      return error{errc::sink_failure, "cannot open log file '" + path + "' for writing: " + std::strerror(e)};
+      return fail(std::strerror(e));
     }
-    auto w = detail::LogWriter::start(f, nullptr, options);
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      const std::string why = S_ISREG(st.st_mode) ? std::string(std::strerror(errno)) : not_regular(st.st_mode);
+      ::close(fd);
+      return fail(why);
+    }
+    // A regular file never blocks; the writer's write(2) calls need no O_NONBLOCK.
+    if (const int fl = ::fcntl(fd, F_GETFL); fl >= 0) (void)::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    auto w = detail::LogWriter::start(fd, nullptr, options);
     if (!w) {
-      return error{errc::sink_failure, "log file '" + path + "': " + w.error().message()};
+      return error{errc::sink_failure, "log file '" + detail::printable(path) + "': " + w.error().message()};
     }
     FileSink s;
     s.w_ = std::move(*w);
     return s;
+  }
+
+ private:
+  static std::string not_regular(mode_t mode) {
+    const char* what = S_ISFIFO(mode)  ? "a FIFO"
+                       : S_ISDIR(mode) ? "a directory"
+                       : S_ISCHR(mode) ? "a character device"
+                       : S_ISBLK(mode) ? "a block device"
+                       : S_ISSOCK(mode) ? "a socket"
+                                        : "not a regular file";
+    return std::string("it is ") + what + ", not a regular file (a log file must be one)";
   }
 };
 
@@ -112,7 +150,7 @@ class OStreamSink : public detail::WriterSink {
  public:
   /// Errors: sink_failure when the header cannot be written or the thread not started.
   static result<OStreamSink> open(std::ostream& os, LogSinkOptions options = {}) noexcept {
-    auto w = detail::LogWriter::start(nullptr, &os, options);
+    auto w = detail::LogWriter::start(-1, &os, options);
     if (!w) return std::move(w).error();
     OStreamSink s;
     s.w_ = std::move(*w);

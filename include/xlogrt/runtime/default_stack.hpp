@@ -55,8 +55,11 @@ struct StackBuilder<DefaultStackOn<D>> {
     if (!base) return std::move(base).error();
     FileSink sink;
     if (env->log_file) {
-      auto opened = FileSink::open(*env->log_file);
-      if (!opened) return std::move(opened).error();
+      auto opened = FileSink::open(*env->log_file);  // its messages escape the path
+      if (!opened) {
+        return error{opened.error().code(), std::string(ENV_LOG_FILE) + ": " + opened.error().message(),
+                     opened.error().driver_status()};
+      }
       sink = std::move(*opened);
     }
     BudgetOptions budget;

@@ -14,10 +14,29 @@
 // fault probe (the stream faulted), the reactor's destructor (cancelled), and the
 // registrant itself when launch_host_func fails. Whoever unlinks the ticket from the
 // pending list, under the hub's mutex, owns the waiter's completion; the others find it
-// unlinked and leave the waiter alone. The ticket's memory belongs to the trampoline once
-// the launch succeeded (it deletes the ticket whenever it runs), and to the registrant
-// when the launch failed. A ticket holds the hub by shared_ptr, so a host function that
-// runs after the reactor is gone still finds the mutex it needs.
+// unlinked and leave the waiter alone. A ticket holds the hub by shared_ptr, so a host
+// function that runs after the reactor is gone still finds the mutex it needs.
+//
+// Who frees a ticket, exactly once:
+//   - the registrant, when the launch failed (abandon());
+//   - else the trampoline, whenever it runs, whoever ended the wait;
+//   - else, for a ticket the fault probe ended on a stream whose context is gone (a
+//     sticky status), the hub's close(), that is the reactor's destructor: CUDA never
+//     calls the host functions of a faulted context (cuLaunchHostFunc, unlike
+//     cuStreamAddCallback, is not called "in the event of an error in the CUDA
+//     context"), so the trampoline would never free it, and the ticket, holding the hub,
+//     would keep both for ever. The probe moves such a ticket to the hub's list of
+//     orphans (`orphaned`, under the mutex); the trampoline, abandon() and close() each
+//     take it out of that list under the mutex before they free it, so only one does.
+//     close() frees orphans, not the probe: a host function that the driver had already
+//     started when the context faulted may still be running on its thread, and by the
+//     reactor's destruction it is long over.
+// A ticket the probe ends on a stream that merely could not be queried (no sticky status)
+// stays the trampoline's: such a stream may still run its host functions, and freeing the
+// ticket under it would be a use after free; if it never runs, the ticket is lost, as a
+// ticket cancelled by close() on a stream that never reaches it is.
+// tickets_alive() counts the tickets allocated and not yet freed, process-wide: what a
+// leak check reads.
 //
 // This is the slow path by design, so a mutex is fine here: each ticket costs one
 // allocation and three short critical sections.
@@ -45,10 +64,14 @@ class FallbackHub {
   struct Ticket {
     std::shared_ptr<FallbackHub> hub;
     ReactorWaiter* waiter = nullptr;
-    Ticket* prev = nullptr;
+    Ticket* prev = nullptr;  // in the pending list while linked, in the orphans while orphaned
     Ticket* next = nullptr;
     bool linked = false;
+    bool orphaned = false;  // ended by the fault probe on a context that is gone: close() frees it
   };
+
+  /// Tickets allocated and not yet freed, in every hub of the process.
+  static std::size_t tickets_alive() noexcept { return tickets_alive_.load(std::memory_order_acquire); }
 
   /// `wake(ctx)` is called, under the hub's mutex, when a waiter becomes ready, until
   /// close().
@@ -64,11 +87,13 @@ class FallbackHub {
     auto* t = new (std::nothrow) Ticket{self, &w};
     closed = false;
     if (t == nullptr) return nullptr;
+    tickets_alive_.fetch_add(1, std::memory_order_relaxed);
     FallbackHub& h = *self;
-    std::lock_guard lock(h.mu_);
+    std::unique_lock lock(h.mu_);
     if (h.closed_) {
       closed = true;
-      delete t;
+      lock.unlock();
+      free_ticket(t);
       return nullptr;
     }
     h.link(t);
@@ -89,9 +114,11 @@ class FallbackHub {
       if (t->linked) {
         hub->unlink(t);
         mine = true;
+      } else if (t->orphaned) {
+        hub->unlink_orphan(t);
       }
     }
-    delete t;
+    free_ticket(t);
     return mine;
   }
 
@@ -106,9 +133,11 @@ class FallbackHub {
         hub->unlink(t);
         hub->push_ready(t->waiter);
         if (!hub->closed_) hub->wake_(hub->wake_ctx_);
+      } else if (t->orphaned) {  // ended by the probe, run after all: this frees it, not close()
+        hub->unlink_orphan(t);
       }
     }
-    delete t;
+    free_ticket(t);
   }
 
   /// Scanner: whether the ready list may be non-empty. Lock-free.
@@ -134,8 +163,10 @@ class FallbackHub {
     for (Ticket* t = pending_head_; t != nullptr; t = t->next) f(t->waiter->stream_);
   }
 
-  /// Scanner: ends every pending wait on `stream`; returns their waiters, linked.
-  ReactorWaiter* take_stream(std::uint32_t stream) noexcept {
+  /// Scanner (fault probe): ends every pending wait on `stream`; returns their waiters,
+  /// linked. `context_gone`: the stream faulted with a sticky status, so the driver will
+  /// never run its host functions, and the tickets become orphans that close() frees.
+  ReactorWaiter* take_stream(std::uint32_t stream, bool context_gone) noexcept {
     ReactorWaiter* out = nullptr;
     std::lock_guard lock(mu_);
     for (Ticket* t = pending_head_; t != nullptr;) {
@@ -144,25 +175,40 @@ class FallbackHub {
         unlink(t);
         t->waiter->next_ = out;
         out = t->waiter;
+        if (context_gone) link_orphan(t);
       }
       t = next;
     }
     return out;
   }
 
-  /// Destructor: no more tickets, no more wakes. Returns the ready waiters (reached) and
-  /// the pending ones (to cancel), each linked.
+  /// Destructor: no more tickets, no more wakes; frees the orphans. Returns the ready
+  /// waiters (reached) and the pending ones (to cancel), each linked.
   std::pair<ReactorWaiter*, ReactorWaiter*> close() noexcept {
-    std::lock_guard lock(mu_);
-    closed_ = true;
-    ReactorWaiter* ready = ready_head_;
-    ready_head_ = ready_tail_ = nullptr;
-    has_ready_.store(false, std::memory_order_relaxed);
+    Ticket* orphans = nullptr;
+    ReactorWaiter* ready = nullptr;
     ReactorWaiter* pending = nullptr;
-    while (Ticket* t = pending_head_) {
-      unlink(t);
-      t->waiter->next_ = pending;
-      pending = t->waiter;
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;
+      ready = ready_head_;
+      ready_head_ = ready_tail_ = nullptr;
+      has_ready_.store(false, std::memory_order_relaxed);
+      while (Ticket* t = pending_head_) {
+        unlink(t);
+        t->waiter->next_ = pending;
+        pending = t->waiter;
+      }
+      orphans = orphans_head_;
+      orphans_head_ = nullptr;
+      for (Ticket* t = orphans; t != nullptr; t = t->next) t->orphaned = false;
+    }
+    // Outside the mutex: a ticket's shared_ptr may hold the hub (never the last one here:
+    // the reactor holds it while it closes).
+    while (orphans != nullptr) {
+      Ticket* next = orphans->next;
+      free_ticket(orphans);
+      orphans = next;
     }
     return {ready, pending};
   }
@@ -187,6 +233,29 @@ class FallbackHub {
     t->linked = false;
     pending_.store(pending_.load(std::memory_order_relaxed) - 1, std::memory_order_release);
   }
+  // An ended ticket that only close() (or its trampoline, if it runs after all) frees.
+  void link_orphan(Ticket* t) noexcept {
+    t->prev = nullptr;
+    t->next = orphans_head_;
+    if (orphans_head_ != nullptr) orphans_head_->prev = t;
+    orphans_head_ = t;
+    t->orphaned = true;
+  }
+  void unlink_orphan(Ticket* t) noexcept {
+    if (t->prev != nullptr) {
+      t->prev->next = t->next;
+    } else {
+      orphans_head_ = t->next;
+    }
+    if (t->next != nullptr) t->next->prev = t->prev;
+    t->prev = t->next = nullptr;
+    t->orphaned = false;
+  }
+  static void free_ticket(Ticket* t) noexcept {
+    delete t;
+    tickets_alive_.fetch_sub(1, std::memory_order_release);
+  }
+
   void push_ready(ReactorWaiter* w) noexcept {
     w->next_ = nullptr;
     if (ready_tail_ != nullptr) {
@@ -201,6 +270,7 @@ class FallbackHub {
 
   std::mutex mu_;
   Ticket* pending_head_ = nullptr;
+  Ticket* orphans_head_ = nullptr;
   ReactorWaiter* ready_head_ = nullptr;
   ReactorWaiter* ready_tail_ = nullptr;
   std::atomic<std::size_t> pending_{0};
@@ -208,6 +278,7 @@ class FallbackHub {
   bool closed_ = false;
   wake_fn wake_;
   void* wake_ctx_;
+  static inline std::atomic<std::size_t> tickets_alive_{0};
 };
 
 }  // namespace xlogrt::detail

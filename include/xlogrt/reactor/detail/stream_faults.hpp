@@ -11,7 +11,8 @@
 // errc::stream_fault, and later waits on it fail at once with the same error. Any other
 // failed query is taken as transient: the waits stay armed and the next probe asks
 // again. (The host functions of a faulted stream stay in the driver's queue for ever;
-// each holds a small ticket of the reactor's, which is therefore never freed.)
+// the reactor frees their tickets when it is destroyed, where the fault was sticky: see
+// reactor_fallback.hpp.)
 //
 // Orders. A stream's error is written once, by the scanner, before its flag is stored
 // with release; arm() loads the flag with acquire before reading the error. The scanner,

@@ -23,7 +23,12 @@
 // the sink must not do. Why not per-thread buffers: a thread that ends, or never logs
 // again, would strand its records until someone flushes them.
 
+#include <fcntl.h>
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -107,20 +112,29 @@ class MpscRing {
   alignas(64) std::size_t head_ = 0;  // consumer only
 };
 
-/// A ring drained by its own thread into a FILE (owned) or an std::ostream (borrowed).
-/// Each batch is written and flushed, so a sink that is never destroyed (a leaked
-/// runtime's) loses at most the last batch at exit.
+/// A ring drained by its own thread into a file descriptor (owned) or an std::ostream
+/// (borrowed). Each batch is written and flushed, so a sink that is never destroyed (a
+/// leaked runtime's) loses at most the last batch at exit.
+///
+/// Whole lines only. The descriptor is written with write(2), no stdio buffer between: a
+/// batch that cannot be written whole (the disk or RLIMIT_FSIZE fills up mid-batch, an
+/// I/O error) is cut off again, the file truncated back to the end of the last batch
+/// written whole (`committed_`) and the offset moved there, and its records are counted
+/// dropped. So the file never ends in a partial CSV line, and a later batch that fits
+/// starts on a line of its own. (stdio could not do this: after a failed fflush the FILE
+/// keeps the unwritten tail in its buffer and writes it with the next batch.)
 ///
 /// Thread-safe. push and flush from any thread; construction and destruction are not
 /// concurrent with use.
 class LogWriter {
  public:
-  /// Starts the writer thread after writing the header line. Errors: sink_failure.
-  static result<std::unique_ptr<LogWriter>> start(std::FILE* file, std::ostream* os,
-                                                  LogSinkOptions options) noexcept {
+  /// Starts the writer thread after writing the header line. `fd` (taken over, closed
+  /// on every path) is a regular file opened for writing at offset 0, or -1 with `os`.
+  /// Errors: sink_failure.
+  static result<std::unique_ptr<LogWriter>> start(int fd, std::ostream* os, LogSinkOptions options) noexcept {
     std::unique_ptr<LogWriter> w;
     try {
-      w.reset(new LogWriter(file, os, options));
+      w.reset(new LogWriter(fd, os, options));
       std::string header(LOG_CSV_HEADER);
       header += '\n';
       if (!w->write(header.data(), header.size())) {
@@ -128,7 +142,7 @@ class LogWriter {
       }
       w->thread_ = std::thread([p = w.get()] { p->run(); });
     } catch (const std::exception& e) {
-      if (!w && file != nullptr) std::fclose(file);
+      if (!w && fd >= 0) ::close(fd);
       return error{errc::sink_failure, std::string("starting the log writer failed: ") + e.what()};
     }
     return w;
@@ -137,11 +151,11 @@ class LogWriter {
   LogWriter(const LogWriter&) = delete;
   LogWriter& operator=(const LogWriter&) = delete;
 
-  /// Drains what was pushed, then stops the thread and closes a FILE.
+  /// Drains what was pushed, then stops the thread and closes the file.
   ~LogWriter() {
     stop_.store(true, std::memory_order_release);
     if (thread_.joinable()) thread_.join();
-    if (file_ != nullptr) std::fclose(file_);
+    if (fd_ >= 0) ::close(fd_);
   }
 
   /// Never blocks longer than options.max_wait; a record that finds no room is counted
@@ -177,15 +191,31 @@ class LogWriter {
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
 
  private:
-  LogWriter(std::FILE* file, std::ostream* os, LogSinkOptions o)
-      : file_(file), os_(os), max_wait_(o.max_wait), ring_(o.capacity),
-        utc_offset_ns_(local_utc_offset_ns()) {}
+  LogWriter(int fd, std::ostream* os, LogSinkOptions o)
+      : fd_(fd), os_(os), max_wait_(o.max_wait), ring_(o.capacity), utc_offset_ns_(local_utc_offset_ns()) {}
 
+  /// Writes all of [p, p+n) or, failing that, nothing: see "Whole lines only" above.
   bool write(const char* p, std::size_t n) noexcept {
-    if (file_ != nullptr) {
-      const bool good = std::fwrite(p, 1, n, file_) == n && std::fflush(file_) == 0;
-      if (!good) std::clearerr(file_);
-      return good;
+    if (fd_ >= 0) {
+      std::size_t done = 0;
+      while (done < n) {
+        const ssize_t k = ::write(fd_, p + done, n - done);
+        if (k > 0) {
+          done += static_cast<std::size_t>(k);
+        } else if (k < 0 && errno == EINTR) {
+          continue;
+        } else {  // ENOSPC, EFBIG, EIO ... (or 0 bytes, which write(2) gives for n > 0 only then)
+          if (done != 0) {
+            // A failed cut leaves the partial batch; nothing better is possible then, and
+            // the next batch, at the offset moved back, overwrites it.
+            (void)::ftruncate(fd_, committed_);
+            (void)::lseek(fd_, committed_, SEEK_SET);
+          }
+          return false;
+        }
+      }
+      committed_ += static_cast<off_t>(n);
+      return true;
     }
     try {
       os_->write(p, static_cast<std::streamsize>(n));
@@ -225,7 +255,8 @@ class LogWriter {
     }
   }
 
-  std::FILE* file_;
+  int fd_;
+  off_t committed_ = 0;  // the file's length after the last batch written whole (writer thread's)
   std::ostream* os_;
   std::chrono::microseconds max_wait_;
   MpscRing<LogRecord> ring_;
