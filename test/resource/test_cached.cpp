@@ -375,6 +375,28 @@ TEST_CASE("no false refusal at the device's edge: cached blocks go back, then th
   REQUIRE(r.deallocate(std::move(*live)).has_value());
 }
 
+TEST_CASE("the default policy: blocks above 1 MiB go to the pool at their exact size, smaller ones are cached",
+          "[cached]") {
+  Rig<> rig;
+  auto& r = *rig.stack;
+  CHECK(r.options().max_block_bytes == std::size_t{1} << 20);
+  const auto allocs = rig.driver_allocs();
+  for (int i = 0; i < 3; ++i) {
+    auto big = r.allocate((std::size_t{5} << 20) + 4096, StreamId{0}, AllocTag{});  // class 6 MiB
+    auto mid = r.allocate((std::size_t{1} << 20) - 4096, StreamId{0}, AllocTag{});  // class 1 MiB
+    REQUIRE((big.has_value() && mid.has_value()));
+    CHECK(big->bytes() == (std::size_t{5} << 20) + 4096);
+    CHECK(mid->bytes() == std::size_t{1} << 20);
+    REQUIRE(r.deallocate(std::move(*big)).has_value());
+    REQUIRE(r.deallocate(std::move(*mid)).has_value());
+  }
+  CHECK(rig.driver_allocs() == allocs + 3 + 1);  // every large one, the mid-size one once
+  const CacheStats s = r.stats();
+  CHECK(s.bypasses == 3);
+  CHECK(s.cached_bytes == std::size_t{1} << 20);
+  CHECK(s.waste_bytes() == 3 * 4096);
+}
+
 TEST_CASE("a free forged with the id the layer holds for a cached block is refused: no second owner",
           "[cached]") {
   // Issue 28, item 1: the cached block's id is its last owner's with the next generation.
@@ -416,7 +438,8 @@ TEST_CASE("a free forged with the id the layer holds for a cached block is refus
 TEST_CASE("driver out-of-memory trims the cache and retries once", "[cached]") {
   // Every class in the thread bins: no larger class stands in and no miss evicts, so the
   // cached 3 MiB block goes only under pressure.
-  Rig<> rig(SimConfig{.memory_bytes = std::size_t{4} << 20}, CachedOptions{.thread_block_bytes = std::size_t{1} << 30});
+  Rig<> rig(SimConfig{.memory_bytes = std::size_t{4} << 20},
+            CachedOptions{.max_block_bytes = std::size_t{1} << 30, .thread_block_bytes = std::size_t{1} << 30});
   auto& r = *rig.stack;
   auto a = r.allocate(3 << 20, StreamId{0}, AllocTag{});
   REQUIRE(a.has_value());
@@ -643,7 +666,8 @@ TEST_CASE("one set of blocks serves every thread: through the depot, or taken fr
   // thread_block_bytes), or taken from the bin that holds them before a miss (below it),
   // the first 4 serve every turn.
   auto run = [](std::size_t thread_block_bytes) {
-    Rig<> rig({}, CachedOptions{.thread_block_bytes = thread_block_bytes});
+    // Blocks of 4 MiB are cached only below a larger max_block_bytes than the default.
+    Rig<> rig({}, CachedOptions{.max_block_bytes = std::size_t{1} << 30, .thread_block_bytes = thread_block_bytes});
     auto& r = *rig.stack;
     std::atomic<int> failures{0};
     std::atomic<int> turn{0};
@@ -690,7 +714,9 @@ TEST_CASE("one set of blocks serves every thread: through the depot, or taken fr
 
 TEST_CASE("a shared class the depot lacks takes a block up to depot_larger_classes larger, else evicts one",
           "[cached]") {
-  Rig<> rig;  // depot_larger_classes 2: 2 MiB takes 2.5 or 3 MiB, not 3.5 MiB
+  // depot_larger_classes 2: 2 MiB takes 2.5 or 3 MiB, not 3.5 MiB (blocks of MiB cached
+  // only below a larger max_block_bytes than the default).
+  Rig<> rig({}, CachedOptions{.max_block_bytes = std::size_t{1} << 30});
   auto& r = *rig.stack;
   {  // 3.5 MiB and 3 MiB blocks, cached on stream 0
     auto x = r.allocate(std::size_t{7} << 19, StreamId{0}, AllocTag{});
