@@ -22,16 +22,19 @@
 // (per layer: the users' request, the rounding of size classes, the cache, queued frees;
 // per size range) and the stack without the cache.
 //
-// usage: footprint [--max-ratio R] [--reap-every N] log.csv[.gz] ...
+// usage: footprint [--max-ratio R] [--reap-every N] LOG.csv[.gz]|DIR ...
+//   DIR: every *.csv and *.csv.gz in it, by name (bench/traces: the committed traces).
 //   --max-ratio R: exit 1 when a log's held/live passes R for the default stack.
 
 #include <xlogrt/runtime.hpp>
 #include <xlogrt/sim/sim_driver.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -254,12 +257,25 @@ int main(int argc, char** argv) {
       if (end == argv[i] || *end != '\0' || v < 0) fail("bad value for " + a + ": " + argv[i]);
       if (a == "--max-ratio") max_ratio = v; else reap_every = static_cast<std::size_t>(v);
     } else if (!a.empty() && a[0] == '-') {
-      fail("usage: footprint [--max-ratio R] [--reap-every N] log.csv[.gz] ...");
+      fail("usage: footprint [--max-ratio R] [--reap-every N] LOG.csv[.gz]|DIR ...");
+    } else if (std::filesystem::is_directory(a)) {
+      std::vector<std::string> found;
+      for (const auto& e : std::filesystem::directory_iterator(a)) {
+        const std::string name = e.path().filename().string();
+        const auto ends = [&](const char* x) {
+          const std::size_t n = std::strlen(x);
+          return name.size() > n && name.compare(name.size() - n, n, x) == 0;
+        };
+        if (e.is_regular_file() && (ends(".csv") || ends(".csv.gz"))) found.push_back(e.path().string());
+      }
+      std::sort(found.begin(), found.end());
+      if (found.empty()) fail(a + ": no *.csv or *.csv.gz in it");
+      paths.insert(paths.end(), found.begin(), found.end());
     } else {
       paths.push_back(a);
     }
   }
-  if (paths.empty()) fail("usage: footprint [--max-ratio R] [--reap-every N] log.csv[.gz] ...");
+  if (paths.empty()) fail("usage: footprint [--max-ratio R] [--reap-every N] LOG.csv[.gz]|DIR ...");
 
   int rc = 0;
   for (const std::string& path : paths) {
