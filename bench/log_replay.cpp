@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
+#include "log_replay.hpp"
 
 using namespace xlogrt;
 using namespace xlogrt::bench;
@@ -97,49 +98,29 @@ struct ReplayStats {
 };
 
 ReplayStats replay(const std::vector<LogRecord>& log, Stack& s) {
-  ReplayStats st;
-  std::unordered_map<std::uint64_t, DeviceBlock> live;
-  std::size_t live_bytes = 0;
+  LogReplayer rp;
+  auto allocate = [&](std::size_t n, StreamId sid, AllocTag tag) {
+    const double t0 = now_ns();
+    auto b = s.allocate(n, sid, tag);
+    s.alloc_ns.push_back(now_ns() - t0);
+    return b;
+  };
+  auto deallocate = [&](DeviceBlock&& b) {
+    const double t0 = now_ns();
+    auto e = s.deallocate(std::move(b));
+    s.free_ns.push_back(now_ns() - t0);
+    return e;
+  };
   std::size_t n = 0;
   for (const auto& r : log) {
     if (++n % 256 == 0) s.reap();  // untimed, as an application reaps between batches
-    if (r.action == LogAction::allocate) {
-      const StreamId sid{r.stream.value % STREAMS};
-      const double t0 = now_ns();
-      auto b = s.allocate(r.bytes, sid, r.tag);
-      const double t1 = now_ns();
-      s.alloc_ns.push_back(t1 - t0);
-      if (!b) {
-        if (s.failed++ == 0) s.first_error = b.error().what();
-        continue;
-      }
-      live_bytes += b->bytes();
-      if (live_bytes > st.peak_bytes) st.peak_bytes = live_bytes;
-      auto old = live.find(r.ptr);
-      if (old != live.end()) {  // the log reused a pointer we still hold: free the old one
-        live_bytes -= old->second.bytes();
-        (void)s.deallocate(std::move(old->second));
-        live.erase(old);
-      }
-      live.emplace(r.ptr, std::move(*b));
-    } else if (r.action == LogAction::free) {
-      auto it = live.find(r.ptr);
-      if (it == live.end()) {
-        ++st.unknown_frees;
-        continue;
-      }
-      live_bytes -= it->second.bytes();
-      const double t0 = now_ns();
-      auto e = s.deallocate(std::move(it->second));
-      const double t1 = now_ns();
-      s.free_ns.push_back(t1 - t0);
-      if (!e && s.failed++ == 0) s.first_error = e.error().what();
-      live.erase(it);
-    }
+    (void)rp.step(r, StreamId{r.stream.value % STREAMS}, allocate, deallocate);
   }
-  for (auto& [p, b] : live) (void)s.deallocate(std::move(b));
+  rp.finish([&](DeviceBlock&& b) { return s.deallocate(std::move(b)); });
   s.reap();
-  return st;
+  if (s.failed == 0 && rp.failures() != 0) s.first_error = rp.first_error();
+  s.failed += rp.failures();
+  return ReplayStats{rp.unknown_frees(), rp.peak_granted_bytes()};
 }
 
 template <class D>

@@ -327,10 +327,119 @@ TEST_CASE("budget pressure trims the cache and retries: no false out_of_budget",
   REQUIRE(clear_device_budget(0).has_value());
 }
 
+TEST_CASE("no false refusal under a budget: a request the class does not fit is tried unrounded", "[cached]") {
+  // Issue 26, item 5: 1,000,000 bytes is rounded to 1 MiB, above the budget; without the
+  // cache it fits.
+  struct ClearBudget {  // the budget is the process's, per ordinal: cleared whatever fails
+    ~ClearBudget() { (void)clear_device_budget(0); }
+  } clear;
+  Rig<> rig({}, {}, BudgetOptions{.limit_bytes = 1'000'000});
+  auto& r = *rig.stack;
+  auto a = r.allocate(1'000'000, StreamId{0}, AllocTag{});
+  REQUIRE(a.has_value());
+  CHECK(a->bytes() == 1'000'000);
+  CHECK(r.stats().exact_fallbacks == 1);
+  REQUIRE(r.deallocate(std::move(*a)).has_value());  // not a class's size: straight to the upstream
+  CHECK(r.stats().cached_bytes == 0);
+  rig.sim.run_until_idle();
+  REQUIRE(r.reap_pending().has_value());
+  CHECK(r.upstream().bytes_outstanding() == 0);
+  // Past the budget for real: the budget's error, unchanged.
+  auto b = r.allocate(1'000'001, StreamId{0}, AllocTag{});
+  REQUIRE_FALSE(b);
+  CHECK(b.error().code() == errc::out_of_budget);
+}
+
+TEST_CASE("no false refusal at the device's edge: cached blocks go back, then the request is tried unrounded",
+          "[cached]") {
+  // Issue 26, item 5: on a 64 MiB device with 1 MiB live, 60 MiB fits without the cache.
+  Rig<> rig(SimConfig{.memory_bytes = std::size_t{64} << 20});
+  auto& r = *rig.stack;
+  auto live = r.allocate(std::size_t{1} << 20, StreamId{0}, AllocTag{});
+  REQUIRE(live.has_value());
+  {  // and 2 MiB cached on the same stream
+    auto x = r.allocate(std::size_t{2} << 20, StreamId{0}, AllocTag{});
+    REQUIRE(x.has_value());
+    REQUIRE(r.deallocate(std::move(*x)).has_value());
+  }
+  auto big = r.allocate(std::size_t{60} << 20, StreamId{0}, AllocTag{});
+  REQUIRE(big.has_value());
+  CHECK(big->bytes() >= std::size_t{60} << 20);
+  CHECK(big->bytes() <= std::size_t{63} << 20);
+  CHECK(r.stats().cached_bytes == 0);
+  // 4 MiB more does not fit with or without the cache: the driver's error.
+  auto more = r.allocate(std::size_t{4} << 20, StreamId{0}, AllocTag{});
+  REQUIRE_FALSE(more);
+  CHECK(more.error().code() == errc::out_of_memory);
+  REQUIRE(r.deallocate(std::move(*big)).has_value());
+  REQUIRE(r.deallocate(std::move(*live)).has_value());
+}
+
+TEST_CASE("the default policy: blocks above 1 MiB go to the pool at their exact size, smaller ones are cached",
+          "[cached]") {
+  Rig<> rig;
+  auto& r = *rig.stack;
+  CHECK(r.options().max_block_bytes == std::size_t{1} << 20);
+  const auto allocs = rig.driver_allocs();
+  for (int i = 0; i < 3; ++i) {
+    auto big = r.allocate((std::size_t{5} << 20) + 4096, StreamId{0}, AllocTag{});  // class 6 MiB
+    auto mid = r.allocate((std::size_t{1} << 20) - 4096, StreamId{0}, AllocTag{});  // class 1 MiB
+    REQUIRE((big.has_value() && mid.has_value()));
+    CHECK(big->bytes() == (std::size_t{5} << 20) + 4096);
+    CHECK(mid->bytes() == std::size_t{1} << 20);
+    REQUIRE(r.deallocate(std::move(*big)).has_value());
+    REQUIRE(r.deallocate(std::move(*mid)).has_value());
+  }
+  CHECK(rig.driver_allocs() == allocs + 3 + 1);  // every large one, the mid-size one once
+  const CacheStats s = r.stats();
+  CHECK(s.bypasses == 3);
+  CHECK(s.cached_bytes == std::size_t{1} << 20);
+  CHECK(s.waste_bytes() == 3 * 4096);
+}
+
+TEST_CASE("a free forged with the id the layer holds for a cached block is refused: no second owner",
+          "[cached]") {
+  // Issue 28, item 1: the cached block's id is its last owner's with the next generation.
+  Rig<> rig;
+  auto& r = *rig.stack;
+  auto a = r.allocate(4096, StreamId{0}, AllocTag{1});
+  REQUIRE(a.has_value());
+  const DeviceBlock first{a->ptr(), a->bytes(), a->alloc_stream(), a->device_ordinal(), a->tag(), a->id()};
+  REQUIRE(r.deallocate(std::move(*a)).has_value());
+  const BlockId held{first.id().owner, first.id().index, first.id().generation + 1};
+  DeviceBlock forged{first.ptr(), first.bytes(), first.alloc_stream(), first.device_ordinal(), first.tag(), held};
+  auto e = r.deallocate(std::move(forged));
+  REQUIRE_FALSE(e);
+  CHECK(e.error().code() == errc::double_free);  // as plain AsyncCuda answers an id it never gave
+  CHECK_FALSE(forged.empty());
+  CHECK(r.prepare_block_use(held, StreamId{1}, Access::Read).error().code() == errc::stale_block);
+  CHECK(r.stats().cached_bytes == 4096);
+  // The cached block has one next owner; the second allocation is new memory.
+  auto b = r.allocate(4096, StreamId{0}, AllocTag{1});
+  auto c = r.allocate(4096, StreamId{0}, AllocTag{2});
+  REQUIRE((b.has_value() && c.has_value()));
+  CHECK(b->ptr() == first.ptr());
+  CHECK(b->id() == held);
+  CHECK(c->ptr() != b->ptr());
+  CHECK(r.stats().hits == 1);
+  CHECK(r.stats().dropped_blocks == 0);
+  // Handed out, the id is its owner's: uses and the free are accepted.
+  REQUIRE(r.prepare_block_use(b->id(), StreamId{1}, Access::Read).has_value());
+  REQUIRE(r.finish_block_use(b->id(), StreamId{1}, Access::Read).has_value());
+  REQUIRE(r.deallocate(std::move(*c)).has_value());
+  REQUIRE(r.deallocate(std::move(*b)).has_value());
+  CHECK(r.trim() == 2 * 4096);
+  rig.sim.run_until_idle();
+  REQUIRE(r.reap_pending().has_value());
+  CHECK(r.upstream().bytes_outstanding() == 0);
+  CHECK(rig.sim.hazards().empty());
+}
+
 TEST_CASE("driver out-of-memory trims the cache and retries once", "[cached]") {
   // Every class in the thread bins: no larger class stands in and no miss evicts, so the
   // cached 3 MiB block goes only under pressure.
-  Rig<> rig(SimConfig{.memory_bytes = std::size_t{4} << 20}, CachedOptions{.thread_block_bytes = std::size_t{1} << 30});
+  Rig<> rig(SimConfig{.memory_bytes = std::size_t{4} << 20},
+            CachedOptions{.max_block_bytes = std::size_t{1} << 30, .thread_block_bytes = std::size_t{1} << 30});
   auto& r = *rig.stack;
   auto a = r.allocate(3 << 20, StreamId{0}, AllocTag{});
   REQUIRE(a.has_value());
@@ -557,7 +666,8 @@ TEST_CASE("one set of blocks serves every thread: through the depot, or taken fr
   // thread_block_bytes), or taken from the bin that holds them before a miss (below it),
   // the first 4 serve every turn.
   auto run = [](std::size_t thread_block_bytes) {
-    Rig<> rig({}, CachedOptions{.thread_block_bytes = thread_block_bytes});
+    // Blocks of 4 MiB are cached only below a larger max_block_bytes than the default.
+    Rig<> rig({}, CachedOptions{.max_block_bytes = std::size_t{1} << 30, .thread_block_bytes = thread_block_bytes});
     auto& r = *rig.stack;
     std::atomic<int> failures{0};
     std::atomic<int> turn{0};
@@ -604,7 +714,9 @@ TEST_CASE("one set of blocks serves every thread: through the depot, or taken fr
 
 TEST_CASE("a shared class the depot lacks takes a block up to depot_larger_classes larger, else evicts one",
           "[cached]") {
-  Rig<> rig;  // depot_larger_classes 2: 2 MiB takes 2.5 or 3 MiB, not 3.5 MiB
+  // depot_larger_classes 2: 2 MiB takes 2.5 or 3 MiB, not 3.5 MiB (blocks of MiB cached
+  // only below a larger max_block_bytes than the default).
+  Rig<> rig({}, CachedOptions{.max_block_bytes = std::size_t{1} << 30});
   auto& r = *rig.stack;
   {  // 3.5 MiB and 3 MiB blocks, cached on stream 0
     auto x = r.allocate(std::size_t{7} << 19, StreamId{0}, AllocTag{});

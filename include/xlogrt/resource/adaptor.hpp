@@ -21,7 +21,7 @@
 //   supports_block_use_tracking and frees_synchronously (the DeviceMemoryResource
 //   contract and the free flag);
 // - exactly when Up has them: record/prepare/finish_block_use (TrackingResource),
-//   recycle_block and retag_block (RecyclingResource), driver_type, driver(), stream_handle() and
+//   recycle_block and unpark_block (RecyclingResource), driver_type, driver(), stream_handle() and
 //   make_current() (DriverResource).
 // So a decorator over a tracking stack tracks, one over AsyncCuda reaches the driver, and
 // one over a plain resource claims neither.
@@ -95,15 +95,15 @@ class Adaptor : public detail::DriverTypeOf<Up> {
   }
 
   // ---- RecyclingResource ----
-  result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to) noexcept
+  result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to, Recycle how = Recycle::live) noexcept
     requires RecyclingResource<Up>
   {
-    return up_.recycle_block(b, to);
+    return up_.recycle_block(b, to, how);
   }
-  bool retag_block(BlockId id, AllocTag tag) noexcept
+  bool unpark_block(BlockId id, AllocTag tag) noexcept
     requires RecyclingResource<Up>
   {
-    return up_.retag_block(id, tag);
+    return up_.unpark_block(id, tag);
   }
 
   // ---- DriverResource ----

@@ -165,28 +165,34 @@ class AsyncCuda {
   ///   event recorded on the alloc stream after the renewal complete); no driver call.
   ///   Errors: invalid_argument when the block has uses on other streams.
   /// `b` is checked as a free checks it (pointer, size, alloc stream and tag); the new
-  /// block carries `b`'s tag. On error `b` stays with the caller, untouched and live.
-  result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to) noexcept {
+  /// block carries `b`'s tag. On error `b` stays with the caller, untouched.
+  /// `how`: whether `b` is parked and the new block is to be (Recycle; a caching layer
+  /// parks what it keeps, so that no one else can use or free it).
+  result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to, Recycle how = Recycle::live) noexcept {
+    const Park park{how == Recycle::parked, how != Recycle::live};
     if (!detail::valid_block(b, ordinal_) || !streams_->contains(b.alloc_stream()) ||
         !streams_->contains(to)) [[unlikely]] {
-      return recycle_general(b, to);
+      return recycle_general(b, to, park);
     }
-    const BlockId id = state_->table.try_renew(b.id(), &b, [&](Track& t) noexcept {
-      if (t.alloc_stream != b.alloc_stream() || !t.alone()) [[unlikely]] return false;
-      t.start(to);
-      return true;
-    });
-    if (!id.valid()) [[unlikely]] return recycle_general(b, to);
+    const BlockId id = state_->table.try_renew(
+        b.id(), &b,
+        [&](Track& t) noexcept {
+          if (t.alloc_stream != b.alloc_stream() || !t.alone()) [[unlikely]] return false;
+          t.start(to);
+          return true;
+        },
+        park);
+    if (!id.valid()) [[unlikely]] return recycle_general(b, to, park);
     DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), id};
     DeviceBlock gone = std::move(b);
     return next;
   }
 
-  /// Makes `tag` the tag the next free or recycle of the live block `id` must name: a
-  /// caching layer hands a recycled block to a new owner under that owner's tag. Only
-  /// the block's holder may call it. False, changing nothing, when `id` names no live
-  /// block of this resource.
-  bool retag_block(BlockId id, AllocTag tag) noexcept { return state_->table.retag(id, tag); }
+  /// Hands the parked block `id` (recycle_block's Recycle::park) to its next owner under
+  /// `tag`: live again, the tag its next free or recycle must name. Only the holder of
+  /// the parked id may call it. False, changing nothing, when `id` names no parked block
+  /// of this resource.
+  [[gnu::always_inline]] bool unpark_block(BlockId id, AllocTag tag) noexcept { return state_->table.unpark(id, tag); }
 
   std::size_t bytes_outstanding() const noexcept {
     std::size_t sum = state_->table.live_bytes();
@@ -547,18 +553,21 @@ class AsyncCuda {
 
   /// recycle_block in full: checks `b` and `to`, and orders the uses on other streams
   /// before the alloc stream, as free_general does.
-  [[gnu::noinline]] result<DeviceBlock> recycle_general(DeviceBlock& b, StreamId to) noexcept {
+  [[gnu::noinline]] result<DeviceBlock> recycle_general(DeviceBlock& b, StreamId to, Park park) noexcept {
     if (auto r = detail::check_block(b, device_ordinal()); !r) return std::move(r).error();
     auto s = streams_->get(b.alloc_stream());
     if (!s) return std::move(s).error();
     if (!streams_->contains(to)) return streams_->unknown(to);
     const stream_t a = *s;
-    if (b.id().generation == BlockTable<Track>::LAST_GENERATION) [[unlikely]] return recycle_moving(b, to, a);
-    auto id = state_->table.renew(b.id(), &b, [&](Track& t) -> result<void> {
-      if (auto r = end_life(t, b, to, a); !r) return r;
-      t.start(to);
-      return ok();
-    });
+    if (b.id().generation == BlockTable<Track>::LAST_GENERATION) [[unlikely]] return recycle_moving(b, to, a, park);
+    auto id = state_->table.renew(
+        b.id(), &b,
+        [&](Track& t) -> result<void> {
+          if (auto r = end_life(t, b, to, a); !r) return r;
+          t.start(to);
+          return ok();
+        },
+        park);
     if (!id) return std::move(id).error();
     DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), *id};
     DeviceBlock gone = std::move(b);
@@ -568,12 +577,14 @@ class AsyncCuda {
   /// recycle_block of a block in its slot's last generation, which the slot cannot renew:
   /// the same, into a new slot. The new slot is taken first, so that a failure leaves `b`
   /// as it was.
-  [[gnu::cold, gnu::noinline]] result<DeviceBlock> recycle_moving(DeviceBlock& b, StreamId to, stream_t a) noexcept {
+  [[gnu::cold, gnu::noinline]] result<DeviceBlock> recycle_moving(DeviceBlock& b, StreamId to, stream_t a,
+                                                                 Park park) noexcept {
     auto fresh = state_->table.insert(b.ptr(), b.bytes(), b.tag(), [to](Track& t) noexcept { t.start(to); });
     if (!fresh) return std::move(fresh).error();
-    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) { return end_life(t, b, to, a); });
+    if (park.to) (void)state_->table.park(*fresh);  // its id is not known to anyone yet
+    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) { return end_life(t, b, to, a); }, park.from);
     if (!r) {
-      (void)state_->table.erase_if(*fresh, nullptr, [](Track&) { return ok(); });
+      (void)state_->table.erase_if(*fresh, nullptr, [](Track&) { return ok(); }, park.to);
       return std::move(r).error();
     }
     DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), *fresh};

@@ -34,6 +34,13 @@
 // threaded through the free slots themselves (Slot::next_free), so taking or giving a
 // slot touches no line but the slot's.
 //
+// Parked blocks. A caching layer keeps a freed block live in its slot (renew) and hands it
+// to its next owner later; meanwhile the slot is *parked* (a bit of its tag word): every
+// lookup of its id by a user (use, free, renewal) is refused as for a freed block, so a
+// free forged with the id the layer holds cannot give the block a second owner. Only
+// the operations that name the parked state (renew / erase_if with `parked`, unpark)
+// reach it; unpark hands it to its next owner.
+//
 // Lock-free reads. peek() lets an owner read atomics it keeps in an entry without the
 // slot's lock: it checks the slot's tag, runs the reader, and checks the tag again (a
 // sequence lock whose sequence is the generation); a reader that raced a free or a reuse
@@ -64,6 +71,12 @@ namespace xlogrt {
 enum class Lookup : std::uint8_t {
   free,  ///< about to free the block: a dead slot is a double_free
   use,   ///< about to use the block: a dead slot is a stale_block
+};
+
+/// Whether a renewal starts from a parked block and leaves one (see "Parked blocks").
+struct Park {
+  bool from = false;
+  bool to = false;
 };
 
 /// Thread-safe. Operations on different blocks take different locks; inserts by
@@ -191,10 +204,11 @@ class BlockTable {
   /// The entry itself stays in the slot, for the next insert to set up again (so the
   /// storage it owns, such as a vector's capacity, is reused rather than freed and made
   /// anew); f lets go of what the block held.
+  /// `parked`: `id` names a parked block (its holder erases it).
   template <class F>
-  result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f) noexcept {
+  result<void> erase_if(BlockId id, const DeviceBlock* block, F&& f, bool parked = false) noexcept {
     Slot* slot = nullptr;
-    if (auto e = lock_live(id, Lookup::free, block, slot); e) [[unlikely]] return std::move(*e);
+    if (auto e = lock_live(id, Lookup::free, block, slot, true, parked); e) [[unlikely]] return std::move(*e);
     if (result<void> r = f(slot->entry); !r) [[unlikely]] {
       slot->mu.unlock();
       return r;
@@ -226,15 +240,16 @@ class BlockTable {
   /// A caching layer reuses memory this way without letting an old id reach the new owner.
   /// `block` is compared as for a free, its tag included; the new life keeps the tag
   /// (a caching layer that hands the block to an owner under another tag says so with
-  /// retag).
+  /// unpark).
   /// A block whose generation is LAST_GENERATION cannot be renewed in its slot (the next
   /// generation would wrap): renew refuses it before f runs, with out_of_memory naming
   /// the slot; the owner moves the block to a new slot instead (erase_if, then insert).
   /// Errors: as for erase_if (double_free for a dead slot), or f's.
+  /// `park`: from a parked block (park.from) and/or to one (park.to).
   template <class F>
-  result<BlockId> renew(BlockId id, const DeviceBlock* block, F&& f) noexcept {
+  result<BlockId> renew(BlockId id, const DeviceBlock* block, F&& f, Park park = {}) noexcept {
     Slot* slot = nullptr;
-    if (auto e = lock_live(id, Lookup::free, block, slot); e) [[unlikely]] return std::move(*e);
+    if (auto e = lock_live(id, Lookup::free, block, slot, true, park.from); e) [[unlikely]] return std::move(*e);
     if (id.generation == LAST_GENERATION) [[unlikely]] {
       slot->mu.unlock();
       return error{errc::out_of_memory, "block " + id.to_string() +
@@ -244,30 +259,50 @@ class BlockTable {
       slot->mu.unlock();
       return std::move(r).error();
     }
-    return reborn(id, slot);
+    return reborn(id, slot, park.to);
   }
 
   /// renew's fast form, with `f(Entry&) -> bool`: an invalid id, having changed nothing
   /// (but what f did), when `id` names no live block (matching `block`) or f declined.
   template <class F>
-  [[gnu::always_inline]] BlockId try_renew(BlockId id, const DeviceBlock* block, F&& f) noexcept {
-    Slot* slot = lock_if_live(id, block);
+  [[gnu::always_inline]] BlockId try_renew(BlockId id, const DeviceBlock* block, F&& f, Park park = {}) noexcept {
+    Slot* slot = lock_if_live(id, block, true, park.from);
     if (slot == nullptr) [[unlikely]] return BlockId{};
     if (id.generation == LAST_GENERATION || !f(slot->entry)) [[unlikely]] {
       slot->mu.unlock();
       return BlockId{};
     }
-    return reborn(id, slot);
+    return reborn(id, slot, park.to);
   }
 
-  /// Gives the live block `id` the tag its next free must name: a caching layer hands a
-  /// renewed block to a new owner under that owner's tag. Only the holder of `id` may
-  /// call it (the layer, before the owner has the block). False, changing nothing, when
-  /// `id` names no live block.
-  bool retag(BlockId id, AllocTag tag) noexcept {
-    Slot* slot = lock_if_live(id, nullptr);
+  /// Hands the parked block `id` to its next owner under `tag`: live again, its id the
+  /// same, so lookups find it from now on. Only the holder of the parked id (the caching
+  /// layer) may call it. False, changing nothing, when `id` names no parked block.
+  /// Without a lock when the tag stays (no one else writes a parked slot, and lookups
+  /// read its tag word atomically); with the slot's lock when it changes.
+  [[gnu::always_inline]] bool unpark(BlockId id, AllocTag tag) noexcept {
+    Slot* slot = const_cast<Slot*>(slot_of(id));
     if (slot == nullptr) [[unlikely]] return false;
-    slot->alloc_tag = tag.value;
+    const std::uint64_t parked = tag_of(id.generation, true) | PARKED;
+    if (slot->tag.load(std::memory_order_acquire) != parked) [[unlikely]] return false;
+    if (slot->alloc_tag != tag.value) [[unlikely]] {
+      slot = lock_if_live(id, nullptr, false, true);
+      if (slot == nullptr) return false;
+      slot->alloc_tag = tag.value;
+      slot->tag.store(tag_of(id.generation, true), std::memory_order_release);
+      slot->mu.unlock();
+      return true;
+    }
+    slot->tag.store(tag_of(id.generation, true), std::memory_order_release);
+    return true;
+  }
+
+  /// Parks the live block `id` (see the header): its holder keeps it for a later unpark.
+  /// False, changing nothing, when `id` names no live block.
+  bool park(BlockId id) noexcept {
+    Slot* slot = lock_if_live(id, nullptr, false);
+    if (slot == nullptr) return false;
+    slot->tag.store(tag_of(id.generation, true) | PARKED, std::memory_order_release);
     slot->mu.unlock();
     return true;
   }
@@ -315,6 +350,9 @@ class BlockTable {
     std::size_t bytes = 0;
     Entry entry{};
   };
+
+  /// The tag word's bit of a parked slot (live too): no lookup of a user matches it.
+  static constexpr std::uint64_t PARKED = std::uint64_t{1} << 63;
 
   static constexpr std::uint64_t tag_of(std::uint32_t gen, bool live) noexcept {
     return std::uint64_t{gen} << 1 | (live ? 1u : 0u);
@@ -409,9 +447,9 @@ class BlockTable {
   /// The next life of the live block in `slot` (locked by the caller, which lets go of it
   /// here): a new generation, still live. Release: a lookup that acquires the new
   /// generation sees what f wrote into the entry.
-  [[gnu::always_inline]] BlockId reborn(BlockId id, Slot* slot) noexcept {
+  [[gnu::always_inline]] BlockId reborn(BlockId id, Slot* slot, bool park) noexcept {
     const std::uint32_t gen = id.generation + 1;
-    slot->tag.store(tag_of(gen, true), std::memory_order_release);
+    slot->tag.store(tag_of(gen, true) | (park ? PARKED : 0), std::memory_order_release);
     slot->mu.unlock();
     return BlockId{id.owner, id.index, gen};
   }
@@ -481,12 +519,14 @@ class BlockTable {
   /// The live slot of `id` (matching `block` when given), locked: the caller unlocks it.
   /// Null, with nothing locked, when there is none. The lock is taken and given by hand,
   /// not by a std::unique_lock, whose "owns" flag the pair would store and test again.
-  [[gnu::always_inline]] Slot* lock_if_live(BlockId id, const DeviceBlock* block, bool tag_too = true) noexcept {
+  /// `parked`: a parked slot is wanted (and only such a one), else a live one that is not.
+  [[gnu::always_inline]] Slot* lock_if_live(BlockId id, const DeviceBlock* block, bool tag_too = true,
+                                            bool parked = false) noexcept {
     Slot* slot = const_cast<Slot*>(slot_of(id));
     if (slot == nullptr) [[unlikely]] return nullptr;
     slot->mu.lock();
     // Acquire: pairs with insert's release store (insert fills a free slot without its lock).
-    if (slot->tag.load(std::memory_order_acquire) != tag_of(id.generation, true) ||
+    if (slot->tag.load(std::memory_order_acquire) != (tag_of(id.generation, true) | (parked ? PARKED : 0)) ||
         (block && !matches(*slot, *block, tag_too))) [[unlikely]] {
       slot->mu.unlock();
       return nullptr;
@@ -496,8 +536,8 @@ class BlockTable {
 
   /// lock_if_live, with the reason on failure.
   std::optional<error> lock_live(BlockId id, Lookup why, const DeviceBlock* block, Slot*& slot,
-                                 bool tag_too = true) noexcept {
-    slot = lock_if_live(id, block, tag_too);
+                                 bool tag_too = true, bool parked = false) noexcept {
+    slot = lock_if_live(id, block, tag_too, parked);
     if (slot == nullptr) [[unlikely]] return refused(id, why);
     return std::nullopt;
   }

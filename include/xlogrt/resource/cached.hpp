@@ -9,8 +9,11 @@
 // Size classes. A request is rounded up to its size class (detail/size_class.hpp: four
 // classes per power of two, so a block is less than 1.25 times its request, and less than
 // 1.25 times that again for each larger class a shared class may take); a request
-// whose class is above `max_block_bytes` goes straight to the upstream, as does every
-// request when the layer is disabled.
+// whose class is above `max_block_bytes` (1 MiB) goes straight to the upstream at its
+// exact size, as does every request when the layer is disabled: the layer caches small
+// and mid-size blocks, where a driver call costs the most against the work, and leaves
+// large ones to the pool, whose stream-ordered reuse wastes no memory on classes or
+// idle blocks (see docs/design-notes.md for the measurements).
 //
 // Where a freed block waits. deallocate asks the upstream to recycle the block
 // (RecyclingResource: the uses tracked on other streams are ordered before its alloc
@@ -56,8 +59,9 @@
 // thread's cache in turn (OwnerClaim: the owner backs off to its slow path meanwhile),
 // empties the depots, and frees each block, stream-ordered, on its stream. An upstream
 // allocation that fails with out_of_memory or out_of_budget trims the cache and, when
-// that gave anything back, is retried once; so the layer never fails an allocation that
-// would fit without it. Caches of threads that have exited are swept into the depots
+// that gave anything back, is retried once; if the class still does not fit, the
+// request itself is tried, unrounded (that block is not cached). So the layer never
+// fails an allocation that would fit without it. Caches of threads that have exited are swept into the depots
 // when a new thread's cache is made, and by trim().
 //
 // Where it sits. Over Budget (Cached<Budget<AsyncCuda>>): the budget then charges every
@@ -71,10 +75,13 @@
 // bytes_outstanding() + stats().cached_bytes.
 //
 // Tracking. Blocks carry the upstream's ids, so prepare / finish / record_block_use go
-// to the upstream unchanged. A block handed out under another tag than its last owner's
-// is retagged in the upstream's table (one locked store on the block's own slot, only
-// when the tag changes), so a free is checked against the tag its owner got, and a block
-// rebuilt under another tag is refused as the upstream refuses it.
+// to the upstream unchanged. A cached block is *parked* upstream (Recycle::park): its id
+// is live there but every use, free or recycle of it by anyone but the layer is
+// refused as for a freed block, so a free forged with the id the layer holds gives the
+// block no second owner. Handing it out unparks it (one store on the block's own slot,
+// and that slot's lock only when the tag changes) under its new owner's tag, so a free
+// is checked against the tag its owner got, and a block rebuilt under another tag is
+// refused as the upstream refuses it.
 //
 // compute-sanitizer. A cached block is still the process's memory to the driver; with
 // `nvtx_marks` the layer registers its blocks through the NVTX memory API, and memcheck
@@ -113,8 +120,13 @@ struct CachedOptions {
   /// false: every call goes straight to the upstream (XLOGRT_CACHE=0 in the default
   /// stack, for compute-sanitizer runs and A/B comparisons).
   bool enabled = true;
-  /// Requests whose size class is larger go straight to the upstream, uncached.
-  std::size_t max_block_bytes = std::size_t{1} << 30;
+  /// Requests whose size class is larger go straight to the upstream, uncached and at
+  /// their exact size: the driver's pool serves them, and its stream-ordered reuse keeps
+  /// cudaMallocAsync's footprint. 1 MiB: the layer's memory policy (docs/design-notes.md,
+  /// "The caching layer's memory"). Cached large blocks (up to 1 GiB, before) made an
+  /// LLM-serving trace hold 1.80 times its live bytes; with 1 MiB, 1.001 times. Requests
+  /// above it pay the pool's pair (about 0.6 us on an H200) instead of a cache hit.
+  std::size_t max_block_bytes = std::size_t{1} << 20;
   /// Blocks one thread keeps per stream and size class (1 .. 16) before half of them
   /// move to the stream's shared depot ...
   std::uint32_t bin_blocks = detail::MAX_BIN_BLOCKS;
@@ -157,6 +169,8 @@ struct CacheStats {
   std::uint64_t trims = 0;               ///< trim() calls, explicit or under pressure
   std::uint64_t trimmed_blocks = 0;      ///< blocks given back to the upstream (evictions included)
   std::uint64_t evictions = 0;           ///< misses that first gave back a larger idle block
+  std::uint64_t exact_fallbacks = 0;     ///< requests served unrounded under pressure (the class did not fit)
+  std::uint64_t dropped_blocks = 0;      ///< cached blocks the upstream refused to unpark (never, in a right program)
   std::uint64_t trimmed_bytes = 0;
   std::uint64_t requested_bytes = 0;     ///< sum of the requests the classes served
   std::uint64_t granted_bytes = 0;       ///< sum of the blocks handed out for them
@@ -253,7 +267,9 @@ class Cached : public Adaptor<Upstream> {
           detail::bump(tc->granted, size);
           tc->claim.leave();
           if (st.marks.on()) [[unlikely]] st.marks.handed(e.ptr, size);
-          return hand_out(e, size, stream, tag);
+          if (upstream().unpark_block(e.id, tag)) [[likely]] return DeviceBlock{e.ptr, size, stream, ordinal_, tag, e.id};
+          dropped(st);
+          return allocate_general(bytes, stream, tag, tc);
         }
       }
       tc->claim.leave();
@@ -273,7 +289,7 @@ class Cached : public Adaptor<Upstream> {
     if (c >= st.classes || detail::class_bytes(c) != n || s >= detail::CACHE_STREAMS) [[unlikely]] {
       return upstream().deallocate(std::move(b));
     }
-    auto next = upstream().recycle_block(b, b.alloc_stream());
+    auto next = upstream().recycle_block(b, b.alloc_stream(), Recycle::park);
     if (!next) [[unlikely]] return std::move(next).error();
     const detail::CachedEntry e{next->ptr(), next->id(), next->tag()};
     if (st.marks.on()) [[unlikely]] st.marks.cached(e.ptr);
@@ -347,6 +363,8 @@ class Cached : public Adaptor<Upstream> {
     s.trimmed_blocks = st.trimmed_blocks.load(std::memory_order_relaxed);
     s.trimmed_bytes = st.trimmed_bytes.load(std::memory_order_relaxed);
     s.evictions = st.evictions.load(std::memory_order_relaxed);
+    s.exact_fallbacks = st.exact_fallbacks.load(std::memory_order_relaxed);
+    s.dropped_blocks = st.dropped.load(std::memory_order_relaxed);
     s.requested_bytes += st.requested.load(std::memory_order_relaxed);
     s.granted_bytes += st.granted.load(std::memory_order_relaxed);
     return s;
@@ -418,6 +436,7 @@ class Cached : public Adaptor<Upstream> {
     // Slow-path counters (read-modify-writes: off the hit path).
     std::atomic<std::uint64_t> depot_hits{0}, moves{0}, steals{0}, misses{0}, bypasses{0}, pressure_retries{0};
     std::atomic<std::uint64_t> trims{0}, trimmed_blocks{0}, trimmed_bytes{0}, evictions{0};
+    std::atomic<std::uint64_t> exact_fallbacks{0}, dropped{0};
     std::atomic<std::uint64_t> requested{0}, granted{0};
     // The counts of thread caches swept away.
     std::atomic<std::uint64_t> retired_hits{0}, retired_depot_hits{0}, retired_requested{0}, retired_granted{0};
@@ -512,20 +531,35 @@ class Cached : public Adaptor<Upstream> {
     // A soft bound: puts racing each other may pass it by their own blocks.
     const std::size_t held = st.depot_held.load(std::memory_order_relaxed);
     const std::size_t fit = held >= st.options.depot_bytes ? 0 : std::min(n, (st.options.depot_bytes - held) / size);
+    // Kept: `refused` (a block beyond the bound whose free the upstream refused, parked
+    // again), then e[from, n).
+    std::optional<detail::CachedEntry> refused;
     std::size_t from = 0;
-    while (from < n - fit && give_back(st, s, c, e[from])) ++from;
-    std::size_t kept = from;
+    while (from < n - fit && !refused) {
+      detail::CachedEntry x = e[from++];
+      if (!give_back(st, s, c, x)) refused = x;
+    }
+    std::size_t i = from, kept = 0;
     if (Depot* d = depot_of(st, s)) {
       std::lock_guard lock(d->mu);
       try {
-        for (; kept < n; ++kept) d->fresh[c].push_back(e[kept]);
+        if (refused) {
+          d->fresh[c].push_back(*refused);
+          refused.reset();
+          ++kept;
+        }
+        for (; i < n; ++i, ++kept) d->fresh[c].push_back(e[i]);
       } catch (...) {
       }
-      d->count[c].store(d->count[c].load(std::memory_order_relaxed) + static_cast<std::uint32_t>(kept - from),
+      d->count[c].store(d->count[c].load(std::memory_order_relaxed) + static_cast<std::uint32_t>(kept),
                         std::memory_order_relaxed);
     }
-    st.depot_held.fetch_add((kept - from) * size, std::memory_order_relaxed);
-    for (; kept < n; ++kept) give_back(st, s, c, e[kept]);
+    st.depot_held.fetch_add(kept * size, std::memory_order_relaxed);
+    if (refused) (void)give_back(st, s, c, *refused);  // host memory ran out: not kept
+    for (; i < n; ++i) {
+      detail::CachedEntry x = e[i];
+      (void)give_back(st, s, c, x);
+    }
   }
 
   /// Counts blocks of class `c` taken out of a depot (under its lock).
@@ -534,12 +568,26 @@ class Cached : public Adaptor<Upstream> {
     st.depot_held.fetch_sub(n * detail::class_bytes(c), std::memory_order_relaxed);
   }
 
-  /// Frees one cached block upstream (stream-ordered, on `s`). False when the upstream
-  /// refused (the block is then lost to the cache, and still live upstream).
-  bool give_back(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) noexcept {
+  /// Frees one cached block upstream (stream-ordered, on `s`): unparks it, then frees
+  /// it. False when the upstream refused the free: the block is parked again, `e` its
+  /// new entry, for the caller to keep. True too when the block is gone from the layer
+  /// otherwise (the upstream refused to unpark it, or to park it again: it stays live
+  /// upstream).
+  bool give_back(State& st, std::uint32_t s, std::uint32_t c, detail::CachedEntry& e) noexcept {
     const std::size_t size = detail::class_bytes(c);
     if (st.marks.on()) st.marks.released(e.ptr);
-    if (!upstream().deallocate(DeviceBlock{e.ptr, size, StreamId{s}, ordinal_, e.tag, e.id})) {
+    if (!upstream().unpark_block(e.id, e.tag)) [[unlikely]] {
+      dropped(st);
+      return true;
+    }
+    DeviceBlock b{e.ptr, size, StreamId{s}, ordinal_, e.tag, e.id};
+    if (!upstream().deallocate(std::move(b))) [[unlikely]] {
+      auto again = upstream().recycle_block(b, StreamId{s}, Recycle::park);
+      if (!again) {
+        dropped(st);
+        return true;
+      }
+      e = detail::CachedEntry{again->ptr(), again->id(), again->tag()};
       if (st.marks.on()) {  // still cached: watched again
         st.marks.fresh(e.ptr, size);
         st.marks.cached(e.ptr);
@@ -607,14 +655,25 @@ class Cached : public Adaptor<Upstream> {
     } else {
       if (c >= st.thread_classes) evict_larger(st, stream, c);
       auto b = upstream().allocate(size, stream, tag);
-      if (!b && (b.error().code() == errc::out_of_memory || b.error().code() == errc::out_of_budget) &&
-          trim() > 0) {
-        st.pressure_retries.fetch_add(1, std::memory_order_relaxed);
-        b = upstream().allocate(size, stream, tag);
+      auto pressure = [](const auto& r) {
+        return !r && (r.error().code() == errc::out_of_memory || r.error().code() == errc::out_of_budget);
+      };
+      if (pressure(b)) {
+        // No refusal the layer causes: every cached block goes back, the class is tried
+        // again, and then the request itself, unrounded (a block of that size is not
+        // cached: its free goes straight to the upstream).
+        if (trim() > 0) {
+          st.pressure_retries.fetch_add(1, std::memory_order_relaxed);
+          b = upstream().allocate(size, stream, tag);
+        }
+        if (pressure(b) && size != bytes) {
+          b = upstream().allocate(bytes, stream, tag);
+          if (b) st.exact_fallbacks.fetch_add(1, std::memory_order_relaxed);
+        }
       }
       if (!b) return b;
       st.misses.fetch_add(1, std::memory_order_relaxed);
-      if (st.marks.on()) st.marks.fresh(b->ptr(), size);
+      if (st.marks.on()) st.marks.fresh(b->ptr(), b->bytes());
       got.emplace(std::move(*b));
     }
     count(tc, &detail::ThreadCache::requested, st.requested, bytes);
@@ -633,13 +692,21 @@ class Cached : public Adaptor<Upstream> {
     }
   }
 
-  /// Cached block `e` as its next owner's, of `size` bytes on `stream` under `tag`. The
-  /// retag cannot be refused: the layer holds the block's only live id.
-  [[gnu::always_inline]] DeviceBlock hand_out(const detail::CachedEntry& e, std::size_t size, StreamId stream,
-                                              AllocTag tag) noexcept {
-    if (e.tag.value != tag.value) [[unlikely]] (void)upstream().retag_block(e.id, tag);
+  /// Cached block `e` as its next owner's, of `size` bytes on `stream` under `tag`:
+  /// unparked upstream under that tag. Empty when the upstream refuses (`e` names no
+  /// parked block: never while the layer's entries are right); the entry is then
+  /// dropped, never handed out.
+  std::optional<DeviceBlock> hand_out(const detail::CachedEntry& e, std::size_t size, StreamId stream,
+                                      AllocTag tag) noexcept {
+    if (!upstream().unpark_block(e.id, tag)) [[unlikely]] {
+      dropped(*state_);
+      return std::nullopt;
+    }
     return DeviceBlock{e.ptr, size, stream, ordinal_, tag, e.id};
   }
+
+  /// Counts a cached entry the upstream refused to unpark, dropped.
+  static void dropped(State& st) noexcept { st.dropped.fetch_add(1, std::memory_order_relaxed); }
 
   /// A block of class `c` from `stream`'s own depot, refilling the thread's bin with up
   /// to half a bin more.
@@ -793,7 +860,7 @@ class Cached : public Adaptor<Upstream> {
       }
       if (!e) continue;
       DeviceBlock b{e->ptr, detail::class_bytes(c), StreamId{s}, ordinal_, e->tag, e->id};
-      auto moved = upstream().recycle_block(b, to);
+      auto moved = upstream().recycle_block(b, to, Recycle::parked);
       if (!moved) {
         depot_put(st, s, c, &*e);
         continue;
@@ -847,7 +914,8 @@ class Cached : public Adaptor<Upstream> {
     for (const auto& tc : st.caches) {
       tc->claim.claim();
       drain(st, *tc, [&](std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) {
-        if (!give_back(st, s, c, e)) depot_put(st, s, c, &e);
+        detail::CachedEntry x = e;
+        if (!give_back(st, s, c, x)) depot_put(st, s, c, &x);
       });
       tc->claim.release();
     }
@@ -867,7 +935,7 @@ class Cached : public Adaptor<Upstream> {
             taken.swap(list);  // no allocation: the list keeps taken's old (empty) buffer
             depot_took(st, *d, c, taken.size());
           }
-          for (const detail::CachedEntry& e : taken) {
+          for (detail::CachedEntry& e : taken) {
             if (!give_back(st, s, c, e)) depot_put(st, s, c, &e);
           }
         }

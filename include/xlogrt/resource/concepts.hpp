@@ -56,19 +56,32 @@ concept TrackingResource =
       { r.finish_block_use(id, s, a) } -> std::same_as<result<void>>;
     };
 
+/// What a recycle starts from and leaves (RecyclingResource). A *parked* block is one a
+/// caching layer holds between two owners: live upstream, but every use, free or recycle
+/// of its id by anyone else is refused, as for a freed block, until the layer unparks it
+/// for its next owner; so a free forged with the id the layer holds gives the block no
+/// second owner.
+enum class Recycle : std::uint8_t {
+  live,    ///< a live block (the caller's) to a live block
+  park,    ///< a live block (a user's, freed) to a parked one, which the caller holds
+  parked,  ///< a parked block (the caller's) to a parked one (moved to another stream)
+};
+
 /// A stack whose blocks can be reused without a free and a new allocation, which a
 /// caching layer needs (see AsyncCuda::recycle_block for the contract).
-/// recycle_block(b, to): ends b's life as deallocate would (b checked as a free checks it,
-///   uses on other streams ordered before its alloc stream, its id stale) and returns the
-///   memory as a new block on `to`, under b's tag. On error b stays with the caller, live.
-/// retag_block(id, tag): the live block `id`, held by the caller, is to be freed or
-///   recycled under `tag` from now on (a caching layer hands a recycled block to an owner
-///   of another tag; a free under any other tag is then refused as forged).
+/// recycle_block(b, to, how): ends b's life as deallocate would (b checked as a free
+///   checks it, uses on other streams ordered before its alloc stream, its id stale) and
+///   returns the memory as a new block on `to`, under b's tag, parked or not as `how`
+///   says. On error b stays with the caller, as it was.
+/// unpark_block(id, tag): the parked block `id`, held by the caller, goes to its next
+///   owner under `tag`: live again under the same id, to be freed or recycled under
+///   `tag` (a free under any other tag is refused as forged). False, changing nothing,
+///   when `id` names no parked block.
 template <class R>
 concept RecyclingResource =
-    TrackingResource<R> && requires(R& r, DeviceBlock& b, StreamId s, BlockId id, AllocTag t) {
-      { r.recycle_block(b, s) } -> std::same_as<result<DeviceBlock>>;
-      { r.retag_block(id, t) } noexcept -> std::same_as<bool>;
+    TrackingResource<R> && requires(R& r, DeviceBlock& b, StreamId s, BlockId id, AllocTag t, Recycle how) {
+      { r.recycle_block(b, s, how) } -> std::same_as<result<DeviceBlock>>;
+      { r.unpark_block(id, t) } noexcept -> std::same_as<bool>;
     };
 
 /// A resource that reaches the driver: base resources (DirectCuda, AsyncCuda) have it,

@@ -257,8 +257,8 @@ class DebugGuard : public Adaptor<Upstream> {
   }
   /// A recycled block would skip the poison and the guard check: a caching layer goes
   /// below DebugGuard, never above it.
-  result<DeviceBlock> recycle_block(DeviceBlock&, StreamId) noexcept = delete;
-  bool retag_block(BlockId, AllocTag) noexcept = delete;
+  result<DeviceBlock> recycle_block(DeviceBlock&, StreamId, Recycle = Recycle::live) noexcept = delete;
+  bool unpark_block(BlockId, AllocTag) noexcept = delete;
 
  private:
   /// Live blocks by id, with what was handed out, to refuse a forged block.
