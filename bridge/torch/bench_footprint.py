@@ -8,7 +8,7 @@ without its cache and against torch's cudaMallocAsync backend.
 
     python3 bridge/torch/bench_footprint.py [--rounds 3] [--workloads resnet,gpt2-serve,gpt2-train]
         [--allocators native,expandable,torch-async,xlogrt-nocache,xlogrt] [--steps N]
-        [--traces DIR] [--out DIR]
+        [--traces DIR [--trace-steps N]] [--out DIR]
 
 xlogrt comes from the installed xlogrt_torch package (PYTHONPATH). --traces DIR: one
 more xlogrt process per workload with XLOGRT_LOG_FILE, its allocation log written to
@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--allocators", default="native,expandable,torch-async,xlogrt-nocache,xlogrt")
     ap.add_argument("--steps", type=int, default=None, help="steps or requests per process (default: per workload)")
     ap.add_argument("--traces", default=None)
+    ap.add_argument("--trace-steps", type=int, default=None, help="steps or requests of the traced process")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     import torch
@@ -77,7 +78,7 @@ def main():
             log = os.path.join(args.traces, f"{w}.csv")
             if os.path.exists(log):
                 os.remove(log)
-            t = run(w, "xlogrt", steps, {"XLOGRT_LOG_FILE": log})
+            t = run(w, "xlogrt", args.trace_steps or steps, {"XLOGRT_LOG_FILE": log})
             print(f"{w}: allocation log {log} ({os.path.getsize(log) / MIB:.1f} MiB, device peak "
                   f"{t['device_peak'] / MIB:,.0f} MiB)", flush=True)
     summary = {}
