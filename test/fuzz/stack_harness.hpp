@@ -508,9 +508,12 @@ class Harness {
       while (!held_.empty()) {
         Held& h = held_.back();
             const std::string id = h.b.id().to_string();
+        const std::size_t bytes = h.b.bytes();
         auto r = stack_->deallocate(std::move(h.b));
         XF_CHECK(r.has_value(), "freeing block " + id + " at the end: " + r.error().what());
         XF_CHECK(h.b.empty(), "an accepted free left the block with the caller");
+        // As in free(): a block the layers do not keep (one of no size class) is queued.
+        pending_hi_ += bytes + (async_base ? 2 * guard() : 0);
         held_.pop_back();
       }
       trim();
