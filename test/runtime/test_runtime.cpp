@@ -37,6 +37,20 @@ result<AnyResource> stack_from_env(const std::shared_ptr<StreamPool<SimDriver>>&
   if (v != nullptr && std::string_view(v) == "1") return AnyResource{Guarded(std::move(*base))};
   return AnyResource{std::move(*base)};
 }
+
+// resource/adaptor.hpp's opening example, as written there: it must compile and run
+// inside a DeviceRuntime (its first version, with a plain atomic member, did not: #32).
+template <class Up>
+struct CountAllocations : xlogrt::Adaptor<Up> {
+  using xlogrt::Adaptor<Up>::Adaptor;
+  // Behind a unique_ptr: a layer must move, and an atomic cannot (see below).
+  std::unique_ptr<std::atomic<std::size_t>> calls = std::make_unique<std::atomic<std::size_t>>(0);
+  xlogrt::result<xlogrt::DeviceBlock> allocate(std::size_t n, xlogrt::StreamId s,
+                                               xlogrt::AllocTag t) noexcept {
+    calls->fetch_add(1, std::memory_order_relaxed);
+    return this->upstream().allocate(n, s, t);
+  }
+};
 }  // namespace
 
 // What DeviceRuntime<AnyResource>::try_get builds.
@@ -252,4 +266,23 @@ TEST_CASE("DeviceRuntime<AnyResource>::try_get builds through StackBuilder<AnyRe
   REQUIRE(b.has_value());
   REQUIRE((*rt)->deallocate(std::move(*b)).has_value());
   REQUIRE((*rt)->reap_pending().has_value());
+}
+
+TEST_CASE("adaptor.hpp's example decorator runs inside an owned DeviceRuntime", "[runtime][decorator]") {
+  SimDriver sim(SimConfig{.devices = 1});
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto streams = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(streams.has_value());
+  auto base = AsyncCuda<SimDriver>::create(*streams);
+  REQUIRE(base.has_value());
+  using Counted = CountAllocations<AsyncCuda<SimDriver>>;
+  auto rt = DeviceRuntime<Counted>::create(*streams, Counted(std::move(*base)));
+  REQUIRE(rt.has_value());
+  auto b = rt->allocate(4096, StreamId{1}, AllocTag{1});
+  REQUIRE(b.has_value());
+  CHECK(rt->stack().calls->load() == 1);
+  REQUIRE(rt->deallocate(std::move(*b)).has_value());
+  REQUIRE(rt->reap_pending().has_value());
+  CHECK(rt->bytes_outstanding() == 0);
 }

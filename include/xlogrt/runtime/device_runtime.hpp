@@ -61,6 +61,7 @@ template <class Stack>
 struct StackBuilder {
   template <class D>
   static result<Stack> build(const std::shared_ptr<StreamPool<D>>& streams) noexcept {
+    static_assert(detail::check_movable_layer<Stack>());  // a result<Stack> moves it out
     if constexpr (requires { { Stack::create(streams) } -> std::same_as<result<Stack>>; }) {
       return Stack::create(streams);
     } else if constexpr (std::is_constructible_v<Stack, std::shared_ptr<StreamPool<D>>>) {
@@ -112,6 +113,7 @@ class DeviceRuntime {
   static_assert(std::is_same_v<D, typename detail::runtime_driver<Stack>::type> ||
                     !requires { typename Stack::driver_type; },
                 "DeviceRuntime<Stack, D>: D must be the stack's own driver_type");
+  static_assert(detail::check_movable_layer<Stack>());  // the runtime holds its stack by value
 
  public:
   using stack_type = Stack;
