@@ -108,7 +108,9 @@ TEST_CASE("an owned runtime is not the singleton", "[runtime]") {
   REQUIRE(pool.has_value());
   auto stack = AsyncCuda<SimDriver>::create(*pool);
   REQUIRE(stack.has_value());
-  SimRuntime owned(*pool, std::move(*stack));
+  auto made = SimRuntime::create(*pool, std::move(*stack));
+  REQUIRE(made.has_value());
+  auto& owned = *made;
   CHECK(&owned != *singleton);
   auto block = owned.allocate(1024);
   REQUIRE(block.has_value());
@@ -232,7 +234,9 @@ TEST_CASE("DeviceRuntime<AnyResource> runs the stack the environment chose", "[r
     REQUIRE(::setenv(GUARD_ENV, guard, 1) == 0);
     auto stack = stack_from_env(*pool);
     REQUIRE(stack.has_value());
-    AnyRuntime rt(*pool, std::move(*stack));
+    auto made = AnyRuntime::create(*pool, std::move(*stack));
+    REQUIRE(made.has_value());
+    auto& rt = *made;
     const bool guarded = guard[0] == '1';
     CHECK((rt.stack().target<Guarded>() != nullptr) == guarded);
     CHECK((rt.stack().target<AsyncCuda<SimDriver>>() != nullptr) == !guarded);
