@@ -95,7 +95,10 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   if (!async) return std::printf("AsyncCuda: %s\n", async.error().what().c_str()), 1;
   DirectCuda<D> direct(*streams);
   auto rt_stack = AsyncCuda<D>::create(*streams);
-  DeviceRuntime<AsyncCuda<D>> rt(*streams, std::move(*rt_stack));
+  if (!rt_stack) return std::printf("AsyncCuda: %s\n", rt_stack.error().what().c_str()), 1;
+  auto made = DeviceRuntime<AsyncCuda<D>>::create(*streams, std::move(*rt_stack));
+  if (!made) return std::printf("runtime: %s\n", made.error().what().c_str()), 1;
+  auto& rt = *made;
   Raw<D> raw{drv};
   auto s0 = *(*streams)->get(StreamId{0});
   auto pool = (*dev)->mempool();

@@ -146,7 +146,9 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   Cached<AsyncCuda<D>> bare(std::move(*bare_up));
   auto stack = StackBuilder<DefaultStackOn<D>>::build(*streams);
   if (!stack) return std::printf("default stack: %s\n", stack.error().what().c_str()), 1;
-  DeviceRuntime<DefaultStackOn<D>> rt(*streams, std::move(*stack));
+  auto made = DeviceRuntime<DefaultStackOn<D>>::create(*streams, std::move(*stack));
+  if (!made) return std::printf("runtime: %s\n", made.error().what().c_str()), 1;
+  auto& rt = *made;
   auto& rt_cache = rt.stack().upstream().upstream();
   Raw<D> raw{drv};
   auto pool = (*dev)->mempool();

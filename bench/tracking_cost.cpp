@@ -195,7 +195,9 @@ std::array<PerUse, cases.size()> count_calls(D& drv) {
   if (!streams) die("counting: " + streams.error().what());
   auto stack = AsyncCuda<C>::create(*streams);
   if (!stack) die("counting: " + stack.error().what());
-  DeviceRuntime<AsyncCuda<C>> rt(*streams, std::move(*stack));
+  auto made = DeviceRuntime<AsyncCuda<C>>::create(*streams, std::move(*stack));
+  if (!made) die("counting: " + made.error().what());
+  auto& rt = *made;
 
   std::array<PerUse, cases.size()> out{};
   constexpr int cycles = 64;
@@ -247,7 +249,9 @@ int run_bench(D& drv, const char* where, int rounds, int per_round, long pairs_p
   if (!streams) die("streams: " + streams.error().what());
   auto stack = AsyncCuda<D>::create(*streams);
   if (!stack) die("AsyncCuda: " + stack.error().what());
-  DeviceRuntime<AsyncCuda<D>> rt(*streams, std::move(*stack));
+  auto made = DeviceRuntime<AsyncCuda<D>>::create(*streams, std::move(*stack));
+  if (!made) die("runtime: " + made.error().what());
+  auto& rt = *made;
   must((*dev)->make_current(), "make_current");
   Raw<D> raw{drv};
   std::array<typename D::stream_t, 6> s{};

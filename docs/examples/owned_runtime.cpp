@@ -23,7 +23,7 @@ result<DeviceRuntime<Stack<D>>> open_runtime(D& driver, std::uint32_t ordinal) {
   auto base = AsyncCuda<D>::create(*streams);        // allocates from the device's pool
   if (!base) return std::move(base).error();
   Stack<D> stack(std::move(*base), BudgetOptions{.limit_bytes = std::size_t{64} << 20});
-  return DeviceRuntime<Stack<D>>(*streams, std::move(stack));
+  return DeviceRuntime<Stack<D>>::create(*streams, std::move(stack));  // checks the parts agree
 }
 // [/owned]
 
@@ -37,7 +37,7 @@ result<DeviceRuntime<DefaultStackOn<D>>> open_default(D& driver, std::uint32_t o
   if (!streams) return std::move(streams).error();
   auto stack = StackBuilder<DefaultStackOn<D>>::build(*streams);
   if (!stack) return std::move(stack).error();
-  return DeviceRuntime<DefaultStackOn<D>>(*streams, std::move(*stack));
+  return DeviceRuntime<DefaultStackOn<D>>::create(*streams, std::move(*stack));
 }
 // [/default]
 

@@ -45,7 +45,9 @@ struct Rig {
     streams = *pool;
     auto base = AsyncCuda<SimDriver>::create(streams);
     REQUIRE(base.has_value());
-    rt = std::make_unique<DeviceRuntime<Stack>>(streams, Stack(std::move(*base)));
+    auto made = DeviceRuntime<Stack>::create(streams, Stack(std::move(*base)));
+    REQUIRE(made.has_value());
+    rt = std::make_unique<DeviceRuntime<Stack>>(std::move(*made));
   }
   cuda::stream_ref stream() {
     auto s = sim.stream_create();

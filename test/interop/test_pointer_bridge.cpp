@@ -46,7 +46,9 @@ struct Rig {
     streams = *pool;
     auto base = AsyncCuda<SimDriver>::create(streams);
     REQUIRE(base.has_value());
-    rt = std::make_unique<Rt>(streams, Stack(std::move(*base)));
+    auto made = Rt::create(streams, Stack(std::move(*base)));
+    REQUIRE(made.has_value());
+    rt = std::make_unique<Rt>(std::move(*made));
   }
   SimDriver::stream_t foreign_stream() {
     auto s = sim.stream_create();
@@ -331,7 +333,9 @@ TEST_CASE("PointerResource over a caching stack: a free names the size asked for
   REQUIRE(pool.has_value());
   auto base = AsyncCuda<SimDriver>::create(*pool);
   REQUIRE(base.has_value());
-  DeviceRuntime<CStack> rt(*pool, CStack(std::move(*base)));
+  auto made = DeviceRuntime<CStack>::create(*pool, CStack(std::move(*base)));
+  REQUIRE(made.has_value());
+  auto& rt = *made;
   PointerResource<CStack> res(rt);
   auto s = (*pool)->at(StreamId{1});
   auto p = res.allocate(1000, s);  // served by a 1024-byte class

@@ -111,7 +111,9 @@ TEST_CASE("the runtime singleton on the GPU", "[gpu][runtime]") {
   REQUIRE(pool.has_value());
   auto stack = AsyncCuda<CudaDriver>::create(*pool);
   REQUIRE(stack.has_value());
-  DeviceRuntime<AsyncCuda<CudaDriver>> owned(*pool, std::move(*stack));
+  auto made = DeviceRuntime<AsyncCuda<CudaDriver>>::create(*pool, std::move(*stack));
+  REQUIRE(made.has_value());
+  auto& owned = *made;
   CHECK(static_cast<void*>(&owned) != static_cast<void*>(*a));
   auto b = owned.allocate(1024);
   REQUIRE(b.has_value());

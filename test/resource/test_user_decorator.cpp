@@ -62,7 +62,9 @@ static_assert(TrackingResource<RealStack> && DriverResource<RealStack> && Recycl
   if (!pool) return std::move(pool).error();
   auto base = AsyncCuda<CudaDriver>::create(*pool);
   if (!base) return std::move(base).error();
-  DeviceRuntime<RealStack> rt(*pool, RealStack(MaxRequest(std::move(*base), 1 << 20)));
+  auto made = DeviceRuntime<RealStack>::create(*pool, RealStack(MaxRequest(std::move(*base), 1 << 20)));
+  if (!made) return std::move(made).error();
+  auto& rt = *made;
   auto b = rt.allocate(4096, StreamId{1});
   if (!b) return std::move(b).error();
   if (auto r = rt.record_block_use(*b, StreamId{0}); !r) return std::move(r).error();

@@ -37,6 +37,20 @@ result<AnyResource> stack_from_env(const std::shared_ptr<StreamPool<SimDriver>>&
   if (v != nullptr && std::string_view(v) == "1") return AnyResource{Guarded(std::move(*base))};
   return AnyResource{std::move(*base)};
 }
+
+// resource/adaptor.hpp's opening example, as written there: it must compile and run
+// inside a DeviceRuntime (its first version, with a plain atomic member, did not: #32).
+template <class Up>
+struct CountAllocations : xlogrt::Adaptor<Up> {
+  using xlogrt::Adaptor<Up>::Adaptor;
+  // Behind a unique_ptr: a layer must move, and an atomic cannot (see below).
+  std::unique_ptr<std::atomic<std::size_t>> calls = std::make_unique<std::atomic<std::size_t>>(0);
+  xlogrt::result<xlogrt::DeviceBlock> allocate(std::size_t n, xlogrt::StreamId s,
+                                               xlogrt::AllocTag t) noexcept {
+    calls->fetch_add(1, std::memory_order_relaxed);
+    return this->upstream().allocate(n, s, t);
+  }
+};
 }  // namespace
 
 // What DeviceRuntime<AnyResource>::try_get builds.
@@ -94,7 +108,9 @@ TEST_CASE("an owned runtime is not the singleton", "[runtime]") {
   REQUIRE(pool.has_value());
   auto stack = AsyncCuda<SimDriver>::create(*pool);
   REQUIRE(stack.has_value());
-  SimRuntime owned(*pool, std::move(*stack));
+  auto made = SimRuntime::create(*pool, std::move(*stack));
+  REQUIRE(made.has_value());
+  auto& owned = *made;
   CHECK(&owned != *singleton);
   auto block = owned.allocate(1024);
   REQUIRE(block.has_value());
@@ -218,7 +234,9 @@ TEST_CASE("DeviceRuntime<AnyResource> runs the stack the environment chose", "[r
     REQUIRE(::setenv(GUARD_ENV, guard, 1) == 0);
     auto stack = stack_from_env(*pool);
     REQUIRE(stack.has_value());
-    AnyRuntime rt(*pool, std::move(*stack));
+    auto made = AnyRuntime::create(*pool, std::move(*stack));
+    REQUIRE(made.has_value());
+    auto& rt = *made;
     const bool guarded = guard[0] == '1';
     CHECK((rt.stack().target<Guarded>() != nullptr) == guarded);
     CHECK((rt.stack().target<AsyncCuda<SimDriver>>() != nullptr) == !guarded);
@@ -252,4 +270,23 @@ TEST_CASE("DeviceRuntime<AnyResource>::try_get builds through StackBuilder<AnyRe
   REQUIRE(b.has_value());
   REQUIRE((*rt)->deallocate(std::move(*b)).has_value());
   REQUIRE((*rt)->reap_pending().has_value());
+}
+
+TEST_CASE("adaptor.hpp's example decorator runs inside an owned DeviceRuntime", "[runtime][decorator]") {
+  SimDriver sim(SimConfig{.devices = 1});
+  auto dev = Device<SimDriver>::open(sim, 0);
+  REQUIRE(dev.has_value());
+  auto streams = StreamPool<SimDriver>::create(*dev, 2);
+  REQUIRE(streams.has_value());
+  auto base = AsyncCuda<SimDriver>::create(*streams);
+  REQUIRE(base.has_value());
+  using Counted = CountAllocations<AsyncCuda<SimDriver>>;
+  auto rt = DeviceRuntime<Counted>::create(*streams, Counted(std::move(*base)));
+  REQUIRE(rt.has_value());
+  auto b = rt->allocate(4096, StreamId{1}, AllocTag{1});
+  REQUIRE(b.has_value());
+  CHECK(rt->stack().calls->load() == 1);
+  REQUIRE(rt->deallocate(std::move(*b)).has_value());
+  REQUIRE(rt->reap_pending().has_value());
+  CHECK(rt->bytes_outstanding() == 0);
 }

@@ -38,7 +38,9 @@ struct Program {
     streams = *pool;
     auto stack = AsyncCuda<SimDriver>::create(streams);
     REQUIRE(stack.has_value());
-    rt = std::make_unique<Rt>(streams, std::move(*stack));
+    auto made = Rt::create(streams, std::move(*stack));
+    REQUIRE(made.has_value());
+    rt = std::make_unique<Rt>(std::move(*made));
   }
 
   /// A simulated kernel on `s` that touches `b` with `a`.

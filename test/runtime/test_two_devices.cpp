@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -150,7 +151,25 @@ struct ClearBudgets {
   }
 };
 
+/// A stack type whose StackBuilder builds it on the other ordinal's pool, as a mistaken
+/// specialisation would: try_get must refuse it, not run it (issue #28, finding 6).
+struct OffOrdinal : Adaptor<AsyncCuda<SimDriver>> {
+  using Adaptor<AsyncCuda<SimDriver>>::Adaptor;
+};
 }  // namespace
+
+template <>
+struct xlogrt::StackBuilder<OffOrdinal> {
+  static result<OffOrdinal> build(const std::shared_ptr<StreamPool<SimDriver>>& streams) noexcept {
+    auto dev = Device<SimDriver>::open(streams->driver(), 1 - streams->device()->ordinal());
+    if (!dev) return std::move(dev).error();
+    auto other = StreamPool<SimDriver>::create(std::move(*dev), streams->size());
+    if (!other) return std::move(other).error();
+    auto base = AsyncCuda<SimDriver>::create(*other);
+    if (!base) return std::move(base).error();
+    return OffOrdinal(std::move(*base));
+  }
+};
 
 TEST_CASE("the simulated machine has two devices", "[two_devices]") {
   auto n = process_sim().device_count();
@@ -496,4 +515,41 @@ TEST_CASE("the hazard checker across devices", "[two_devices][hazard]") {
   REQUIRE(sim.event_destroy(e0).has_value());
   REQUIRE(dev1->make_current().has_value());
   REQUIRE(sim.event_destroy(e1).has_value());
+}
+
+TEST_CASE("a stack on ordinal 0 under a stream pool of ordinal 1 is refused by name (issue #28, finding 6)",
+          "[two_devices][runtime]") {
+  using Rt = DeviceRuntime<AsyncCuda<SimDriver>>;
+  // The unchecked constructor is private: create() is the only way to an owned runtime.
+  CHECK_FALSE(std::is_constructible_v<Rt, std::shared_ptr<StreamPool<SimDriver>>, AsyncCuda<SimDriver>>);
+
+  SimDriver sim{SimConfig{.devices = 2}};
+  auto pool_on = [&](std::uint32_t ordinal) {
+    auto dev = Device<SimDriver>::open(sim, ordinal);
+    REQUIRE(dev.has_value());
+    auto p = StreamPool<SimDriver>::create(*dev, 4);
+    REQUIRE(p.has_value());
+    return *p;
+  };
+  auto p0 = pool_on(0);
+  auto p1 = pool_on(1);
+  auto stack0 = AsyncCuda<SimDriver>::create(p0);
+  REQUIRE(stack0.has_value());
+  auto rt = Rt::create(p1, std::move(*stack0));
+  REQUIRE_FALSE(rt.has_value());
+  CHECK(rt.error().code() == errc::foreign_block);
+  const std::string what = rt.error().what();
+  INFO(what);
+  CHECK(what.find("allocates on ordinal 0") != std::string::npos);
+  CHECK(what.find("ordinal 1's") != std::string::npos);
+}
+
+TEST_CASE("try_get refuses a stack its StackBuilder built on the other ordinal's pool", "[two_devices][runtime]") {
+  for (std::uint32_t ordinal : {0u, 1u}) {
+    INFO("ordinal " << ordinal);
+    auto rt = DeviceRuntime<OffOrdinal>::try_get(ordinal);
+    REQUIRE_FALSE(rt.has_value());
+    CHECK(rt.error().code() == errc::foreign_block);
+    CHECK(rt.error().what().find("allocates on ordinal " + std::to_string(1 - ordinal)) != std::string::npos);
+  }
 }

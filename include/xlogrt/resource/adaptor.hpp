@@ -7,13 +7,22 @@
 //   template <class Up>
 //   struct CountAllocations : xlogrt::Adaptor<Up> {
 //     using xlogrt::Adaptor<Up>::Adaptor;
-//     std::atomic<std::size_t> calls{0};
+//     // Behind a unique_ptr: a layer must move, and an atomic cannot (see below).
+//     std::unique_ptr<std::atomic<std::size_t>> calls = std::make_unique<std::atomic<std::size_t>>(0);
 //     xlogrt::result<xlogrt::DeviceBlock> allocate(std::size_t n, xlogrt::StreamId s,
 //                                                  xlogrt::AllocTag t) noexcept {
-//       calls.fetch_add(1, std::memory_order_relaxed);
+//       calls->fetch_add(1, std::memory_order_relaxed);
 //       return this->upstream().allocate(n, s, t);
 //     }
 //   };
+//
+// (test/runtime/test_runtime.cpp runs this example inside a DeviceRuntime.)
+//
+// Every layer must be move-constructible: DeviceRuntime, Adaptor (its upstream),
+// StackBuilder and AnyResource hold the stack by value and move it in. State that cannot
+// move (std::atomic, std::mutex) lives behind a std::unique_ptr, as in Statistics and
+// Cached; a layer that breaks the rule is refused by a static_assert whose message says
+// so (detail::check_movable_layer, resource/concepts.hpp).
 //
 // A member the derived class declares hides the forwarded one (ordinary name hiding), so
 // the derived class's own members are the ones a stack above it calls. What is forwarded:
@@ -57,6 +66,7 @@ struct DriverTypeOf<Up, true> {
 
 template <class Up>
 class Adaptor : public detail::DriverTypeOf<Up> {
+  static_assert(detail::check_movable_layer<Up>());  // the upstream is held by value
  public:
   using upstream_type = Up;
   static constexpr bool supports_block_use_tracking = Up::supports_block_use_tracking;

@@ -39,9 +39,11 @@ class AnyResource {
   static constexpr bool supports_block_use_tracking = true;
 
   template <DeviceMemoryResource R>
-    requires(!std::is_same_v<std::remove_cvref_t<R>, AnyResource> && std::is_move_constructible_v<R>)
+    requires(!std::is_same_v<std::remove_cvref_t<R>, AnyResource>)
   AnyResource(R stack)  // NOLINT: implicit, as std::function is
-      : impl_(std::make_unique<Model<R>>(std::move(stack))) {}
+      : impl_(std::make_unique<Model<R>>(std::move(stack))) {
+    static_assert(detail::check_movable_layer<R>());  // the stack is moved into the holder
+  }
 
   AnyResource(AnyResource&&) noexcept = default;
   AnyResource& operator=(AnyResource&&) noexcept = default;

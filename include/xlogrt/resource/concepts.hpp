@@ -11,6 +11,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "xlogrt/core/block.hpp"
@@ -18,6 +19,24 @@
 #include "xlogrt/core/result.hpp"
 
 namespace xlogrt {
+
+namespace detail {
+/// The decorator contract's first rule, checked where a stack is held by value and moved
+/// in (DeviceRuntime, Adaptor's upstream, StackBuilder, AnyResource): every layer is
+/// move-constructible. One check with one sentence that says what to do, so that a
+/// newcomer's decorator with an atomic member fails with it (issue #32) instead of pages
+/// of template errors. Statistics and Cached keep their atomics and mutexes behind a
+/// std::unique_ptr for this reason: the layer moves, its shared state stays put. (Budget
+/// writes its own move constructor instead, which only a layer moved before use may do.)
+template <class Layer>
+consteval bool check_movable_layer() noexcept {
+  static_assert(std::is_move_constructible_v<Layer>,
+                "xlogrt: a resource stack layer must be move-constructible (DeviceRuntime, Adaptor and "
+                "AnyResource hold the stack by value and move it in); a decorator whose state cannot move "
+                "(std::atomic, std::mutex) must hold that state behind a std::unique_ptr, as Statistics does");
+  return true;
+}
+}  // namespace detail
 
 /// allocate(bytes, stream, tag) -> result<DeviceBlock>: the block may be used on `stream`
 ///   by work enqueued after the call. Errors: zero_bytes, too_large, out_of_memory,

@@ -61,6 +61,7 @@ template <class Stack>
 struct StackBuilder {
   template <class D>
   static result<Stack> build(const std::shared_ptr<StreamPool<D>>& streams) noexcept {
+    static_assert(detail::check_movable_layer<Stack>());  // a result<Stack> moves it out
     if constexpr (requires { { Stack::create(streams) } -> std::same_as<result<Stack>>; }) {
       return Stack::create(streams);
     } else if constexpr (std::is_constructible_v<Stack, std::shared_ptr<StreamPool<D>>>) {
@@ -89,8 +90,16 @@ struct StackBuilder {
 ///   StackBuilder<Stack>. At most one thread builds it; concurrent first callers wait and
 ///   get the same object; a failed build leaves the slot empty so that a later call
 ///   retries. After the first build a call is one acquire load: no lock.
-/// - constructing it directly around a stream pool and a stack you built: an owned
-///   runtime, never stored in (nor looked up from) the singleton table.
+/// - `DeviceRuntime<Stack>::create(streams, stack)` around a stream pool and a stack you
+///   built: an owned runtime, never stored in (nor looked up from) the singleton table.
+///
+/// create() is the only public way in: the constructor that takes the parts unchecked is
+/// private. A runtime whose stack allocates on another driver, ordinal or stream pool
+/// than its own pool's accepts StreamIds that name one device's streams and hands them to
+/// a stack that resolves them on another, which enqueues on the wrong device (issue #28,
+/// finding 6: stack on ordinal 0, pool on ordinal 1, hazards). The check is a handful of
+/// comparisons once per runtime, so it runs in every build: a check in debug builds
+/// alone would let a release build make the same mistake silently.
 ///
 /// Lifetime: singletons are leaked on purpose. A runtime outlives every user of it, and
 /// destroying one at exit would issue driver calls while libcuda is being torn down.
@@ -112,6 +121,7 @@ class DeviceRuntime {
   static_assert(std::is_same_v<D, typename detail::runtime_driver<Stack>::type> ||
                     !requires { typename Stack::driver_type; },
                 "DeviceRuntime<Stack, D>: D must be the stack's own driver_type");
+  static_assert(detail::check_movable_layer<Stack>());  // the runtime holds its stack by value
 
  public:
   using stack_type = Stack;
@@ -120,29 +130,32 @@ class DeviceRuntime {
   static constexpr std::size_t DEFAULT_STREAMS = 8;
   static constexpr bool supports_block_use_tracking = Stack::supports_block_use_tracking;
 
-  /// An owned runtime around `stack`, which must allocate from `streams`' device and
-  /// streams (create() checks it).
-  DeviceRuntime(std::shared_ptr<StreamPool<D>> streams, Stack stack) noexcept
-      : streams_(std::move(streams)), stack_(std::move(stack)) {}
-
-  /// The constructor, checked: `stack` must run on `streams`' driver, device and streams
-  /// (a runtime's StreamIds name its pool's streams, and the stack resolves them in its
-  /// own). Errors: invalid_argument for a null pool; foreign_block when the stack's
-  /// driver, device ordinal or streams are not the pool's.
+  /// An owned runtime around `stack`: the only public constructor (see the class
+  /// comment). `stack` must run on `streams`' driver, device and streams (a runtime's
+  /// StreamIds name its pool's streams, and the stack resolves them in its own).
+  /// Errors: invalid_argument for a null pool; foreign_block when the stack's driver,
+  /// device ordinal or streams are not the pool's (a stack without driver() and
+  /// stream_handle(), such as AnyResource, is checked on its ordinal alone).
   static result<DeviceRuntime> create(std::shared_ptr<StreamPool<D>> streams, Stack stack) noexcept {
     if (!streams) return error{errc::invalid_argument, "DeviceRuntime::create: no stream pool"};
     const auto mismatch = [&](const std::string& what) {
       return error{errc::foreign_block, "DeviceRuntime::create: the stack " + what + " (the pool is ordinal " +
                                             std::to_string(streams->device()->ordinal()) + "'s)"};
     };
-    if (&stack.driver() != &streams->driver()) return mismatch("runs on another driver instance");
+    if constexpr (DriverResource<Stack>) {
+      if (&stack.driver() != &streams->driver()) return mismatch("runs on another driver instance");
+    }
     if (stack.device_ordinal() != streams->device()->ordinal()) {
       return mismatch("allocates on ordinal " + std::to_string(stack.device_ordinal()));
     }
-    for (std::uint32_t i = 0; i < streams->size(); ++i) {
-      auto mine = stack.stream_handle(StreamId{i});
-      if (!mine || !(*mine == streams->at(StreamId{i}))) {
-        return mismatch("names another stream pool (its stream " + std::to_string(i) + " is not the pool's)");
+    // A stack that does not reach its driver (AnyResource erases it) is checked on its
+    // ordinal alone: that its held stack uses this pool is its builder's to see to.
+    if constexpr (DriverResource<Stack>) {
+      for (std::uint32_t i = 0; i < streams->size(); ++i) {
+        auto mine = stack.stream_handle(StreamId{i});
+        if (!mine || !(*mine == streams->at(StreamId{i}))) {
+          return mismatch("names another stream pool (its stream " + std::to_string(i) + " is not the pool's)");
+        }
       }
     }
     return DeviceRuntime(std::move(streams), std::move(stack));
@@ -211,6 +224,10 @@ class DeviceRuntime {
   }
 
  private:
+  /// The parts, unchecked: for create() alone, once it has checked them.
+  DeviceRuntime(std::shared_ptr<StreamPool<D>> streams, Stack stack) noexcept
+      : streams_(std::move(streams)), stack_(std::move(stack)) {}
+
   static result<DeviceRuntime*> build(std::uint32_t ordinal) noexcept {
     auto drv = D::open();
     if (!drv) return std::move(drv).error();
@@ -220,7 +237,11 @@ class DeviceRuntime {
     if (!streams) return std::move(streams).error();
     auto stack = StackBuilder<Stack>::build(*streams);
     if (!stack) return std::move(stack).error();
-    auto* rt = new (std::nothrow) DeviceRuntime(std::move(*streams), std::move(*stack));
+    // Checked as an owned runtime is: a StackBuilder specialisation may build its stack
+    // on another pool than the one it was given.
+    auto checked = create(std::move(*streams), std::move(*stack));
+    if (!checked) return std::move(checked).error();
+    auto* rt = new (std::nothrow) DeviceRuntime(std::move(*checked));
     if (!rt) return error{errc::out_of_memory, "host allocation of a DeviceRuntime failed"};
     return rt;  // leaked on purpose: see the class comment
   }
