@@ -3,6 +3,7 @@
 # The bridges' GPU runs, for a machine with a GPU, torch, nvcc and no network:
 #   bridge/torch/run_gpu.sh prepare            (here, where ../shared and Catch2 are)
 #   bridge/torch/run_gpu.sh build|tests|real|bench  (on the GPU machine, with .deps/ carried)
+#   bridge/torch/run_gpu.sh frameworks              (on the GPU machine; needs no build or .deps/)
 # prepare: copies ../shared/third_party and /usr/include/catch2 into .deps/ (ignored by
 #        git, about 7 MB), which the GPU machine needs and cannot reach;
 # build: configures build-gpu/ with the GPU programs, the torch bridge and the benchmarks,
@@ -12,6 +13,8 @@
 # bench: bench_allocators.py (native / xlogrt / plain async, alternating processes);
 # real: pip installs the package (as a user does) into build-gpu/site, then the bridge's
 #       cases (test_torch_bridge.py) and real models (test_real_models.py) through it.
+# frameworks: pip installs the package into build-gpu/site, then CuPy, Numba and the three
+#       frameworks in one process through it (test_frameworks.py).
 # Outputs go to $OUT (default: build-gpu/out); JOBS=N limits the build's parallel jobs.
 # Third-party trees are looked up in .deps/: .deps/third_party (a copy of
 # ../shared/third_party: CCCL 3.4, RMM 26.06) and .deps/catch2/catch2/catch.hpp (Catch2
@@ -78,11 +81,20 @@ case ${1:-} in
     echo "run_gpu.sh real: $([ $fail = 0 ] && echo PASSED || echo FAILED)"
     exit $fail
     ;;
+  frameworks)
+    site=$root/build-gpu/site
+    rm -rf "$site"; mkdir -p "$site"
+    python3 -m pip install --no-build-isolation --no-deps --no-index --target "$site" ./bridge/torch >"$out/pip.log" 2>&1 ||
+      { tail -40 "$out/pip.log"; exit 1; }
+    PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} python3 bridge/torch/test_frameworks.py --out "$out" 2>&1 |
+      tee "$out/test_frameworks.log"
+    exit "${PIPESTATUS[0]}"
+    ;;
   bench)
     python3 bridge/torch/bench_allocators.py --build build-gpu --rounds "${ROUNDS:-5}" --out "$out" 2>&1 |
       tee "$out/bench_allocators.log"
     exit "${PIPESTATUS[0]}"
     ;;
   *)
-    echo "usage: bridge/torch/run_gpu.sh prepare|build|tests|real|bench"; exit 2 ;;
+    echo "usage: bridge/torch/run_gpu.sh prepare|build|tests|real|frameworks|bench"; exit 2 ;;
 esac

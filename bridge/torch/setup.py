@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Builds the xlogrt-torch package: the xlogrt_torch module and, beside it,
 libxlogrt_torch.so (the allocator's C functions, no torch dependency) and, where torch
-imports, libxlogrt_torch_hooks.so compiled against that torch.
+imports, libxlogrt_torch_hooks.so compiled against that torch; and the xlogrt_cupy and
+xlogrt_numba modules (pure Python, over the same libxlogrt_torch.so; pyproject.toml lists
+the packages).
 
     python3 -m pip install --no-build-isolation ./bridge/torch
 

@@ -9,6 +9,13 @@ checkout, installs it into a fresh virtual environment and uninstalls it again.
 - the installed library exports xlogrt_* functions alone (check_exports.py);
 - its C functions, loaded as install() loads them, run on the fake libcuda, and the
   torch-shaped figures (memory_stats) follow a block's life; bad input is refused by name;
+- xlogrt_cupy and xlogrt_numba import without CuPy or Numba and say so, by name, when
+  used; over minimal stand-ins of cupy and numba.cuda (STANDINS: the names the modules
+  call, as CuPy 14 and numba-cuda define them) they allocate through the same library on
+  the fake libcuda: each framework's tag reaches Statistics, one Statistics covers them,
+  the log (XLOGRT_LOG_FILE) shows their tags, a budget refusal raises each framework's
+  error naming XLOGRT_BUDGET_BYTES, frees follow the last reference, get_memory_info is
+  cuMemGetInfo; bad input (a tag, a foreign pointer, a second library path) is refused by name;
 - `pip uninstall` leaves nothing of the package behind.
 Exit 0, 1 on a failed check, 77 when this Python has no pip, venv, setuptools or wheel.
 """
@@ -70,6 +77,224 @@ print(json.dumps(out))
 '''
 
 
+# Minimal stand-ins for what xlogrt_cupy and xlogrt_numba call of CuPy and numba.cuda
+# (CuPy 14's and numba-cuda's names and signatures), written into a directory that the
+# probe puts on sys.path after checking the modules without them.
+STANDINS = {
+    "cupy/__init__.py": "from . import cuda\n",
+    "cupy/cuda/__init__.py": r'''
+from . import memory, runtime
+class Stream:
+    def __init__(self, ptr): self.ptr = ptr
+    def __enter__(self):
+        global _current
+        self._prev, _current = _current, self
+        return self
+    def __exit__(self, *a):
+        global _current
+        _current = self._prev
+null = Stream(0)
+_current = None
+def get_current_stream(): return _current or null
+class UnownedMemory:
+    def __init__(self, ptr, size, owner, device_id=-1):
+        self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
+class MemoryPointer:
+    def __init__(self, mem, offset): self.mem, self.ptr = mem, mem.ptr + offset
+_allocator = None
+def set_allocator(allocator=None):
+    global _allocator
+    _allocator = allocator
+def get_allocator(): return _allocator
+''',
+    "cupy/cuda/runtime.py": "def getDevice():\n    return 0\n",
+    "cupy/cuda/memory.py": r'''
+class OutOfMemoryError(MemoryError):
+    def __init__(self, size, total, limit=0):
+        super().__init__(f"Out of memory allocating {size:,} bytes (allocated so far: {total:,} bytes, limit {limit}).")
+''',
+    "numba/__init__.py": "",
+    "numba/cuda/__init__.py": r'''
+import weakref
+from collections import namedtuple
+from .cudadrv import driver
+MemoryInfo = namedtuple("MemoryInfo", "free,total")
+class HostOnlyCUDAMemoryManager:
+    def __init__(self, *args, **kwargs):
+        if "context" not in kwargs:
+            raise RuntimeError("Memory manager requires a context")
+        self.context = kwargs.pop("context")
+        self.host_reset = 0
+    def reset(self): self.host_reset += 1
+    def defer_cleanup(self):
+        import contextlib
+        return contextlib.nullcontext()
+class MemoryPointer:
+    def __init__(self, context, pointer, size, owner=None, finalizer=None):
+        self.context, self.device_pointer, self.size, self._owner = context, pointer, size, owner
+        if finalizer is not None:
+            self._finalizer = weakref.finalize(self, finalizer)
+    @property
+    def owner(self): return self if self._owner is None else self._owner
+    @property
+    def device_pointer_value(self): return self.device_pointer.value or None
+manager = None
+def set_memory_manager(mm_plugin):
+    global manager
+    if mm_plugin(context=None).interface_version != 1:
+        raise RuntimeError("EMM Plugin interface version")
+    manager = mm_plugin
+''',
+    "numba/cuda/cudadrv/__init__.py": "",
+    "numba/cuda/cudadrv/enums.py": "CUDA_ERROR_OUT_OF_MEMORY = 2\n",
+    "numba/cuda/cudadrv/driver.py": r'''
+class CudaDriverError(Exception):
+    pass
+class CudaAPIError(CudaDriverError):
+    def __init__(self, code, msg):
+        self.code, self.msg = code, msg
+        super().__init__(code, msg)
+    def __str__(self): return "[%s] %s" % (self.code, self.msg)
+class config:
+    CUDA_PER_THREAD_DEFAULT_STREAM = 0
+''',
+}
+
+# Runs inside the virtual environment with XLOGRT_BUDGET_BYTES=4M and XLOGRT_LOG_FILE set;
+# argv[1]: the stand-ins' directory.
+FRAMEWORKS_PROBE = r'''
+import csv, ctypes, gc, importlib, json, os, sys
+import xlogrt_torch as x, xlogrt_cupy, xlogrt_numba
+out = {"imported": sorted(m for m in ("cupy", "numba", "torch") if m in sys.modules)}
+def error_of(f):
+    try:
+        f()
+        return None
+    except Exception as e:
+        return type(e).__name__ + ": " + str(e)
+out["cupy_missing"] = error_of(lambda: xlogrt_cupy.malloc(16))
+out["numba_missing"] = error_of(lambda: xlogrt_numba.XlogrtNumbaManager)
+sys.path.insert(0, sys.argv[1])
+importlib.invalidate_caches()
+import cupy, numba.cuda
+lib = x.shared_library()
+def tag(t): return x.tag_stats(t, 0)
+
+# CuPy: allocate on the current stream, record a side stream, free on the last reference.
+xlogrt_cupy.install()
+out["cupy_allocator"] = cupy.cuda.get_allocator() is xlogrt_cupy.malloc
+with cupy.cuda.Stream(0x30000):
+    m = cupy.cuda._allocator(1 << 20)
+out["cupy_ptr"] = m.ptr
+out["cupy_live"] = tag(x.CUPY_TAG)["current_bytes"]
+out["cupy_owner_stream"] = m.mem.owner.stream.ptr
+xlogrt_cupy.record_stream(m, cupy.cuda.Stream(0x40000))
+out["foreign_record"] = error_of(lambda: xlogrt_cupy.record_stream(0x1234, 0))
+out["empty"] = xlogrt_cupy.malloc(0).ptr
+
+# Numba: the EMM plugin, as NUMBA_CUDA_MEMORY_MANAGER finds it.
+M = importlib.import_module("xlogrt_numba")._numba_memory_manager
+xlogrt_numba.install()
+out["numba_manager"] = numba.cuda.manager is M
+class Device: id = 0
+class Context: device = Device()
+ctx = Context()
+mgr = M(context=ctx)
+mgr.initialize()
+p = mgr.memalloc(4096)
+out["numba_live"] = tag(x.NUMBA_TAG)["current_bytes"]
+out["numba_ptr"] = p.device_pointer.value
+out["memory_info"] = list(mgr.get_memory_info())
+out["ipc"] = error_of(lambda: mgr.get_ipc_handle(p))
+with mgr.defer_cleanup():
+    pass
+
+# One Statistics for all.
+lib.xlogrt_torch_malloc.restype = ctypes.c_void_p
+lib.xlogrt_torch_malloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+t = lib.xlogrt_torch_malloc(8192, 0, ctypes.c_void_p(0x10000))
+out["tags_live"] = [tag(k)["current_bytes"] for k in (x.TORCH_TAG, x.CUPY_TAG, x.NUMBA_TAG)]
+out["device_live"] = x.stats(0)["current_bytes"]
+lib.xlogrt_torch_free(t, 8192, 0, ctypes.c_void_p(0x10000))
+
+# Refusals: the budget (4 MiB), by each framework's error.
+try:
+    xlogrt_cupy.malloc(8 << 20)
+    out["cupy_oom"] = None
+except cupy.cuda.memory.OutOfMemoryError as e:
+    out["cupy_oom"] = str(e)
+try:
+    mgr.memalloc(8 << 20)
+    out["numba_oom"] = None
+except numba.cuda.driver.CudaAPIError as e:
+    out["numba_oom"] = [str(e), e.code, isinstance(e, MemoryError)]
+out["bad_tag"] = [lib.xlogrt_torch_malloc_tagged(64, 0, None, 64), x.last_error()]
+out["bad_tag_stats"] = error_of(lambda: x.tag_stats(99, 0))
+out["second_copy"] = error_of(lambda: x.shared_library("/nonexistent"))
+out["negative"] = error_of(lambda: xlogrt_cupy.malloc(-1))
+
+del m, p
+gc.collect()
+out["after"] = [tag(x.CUPY_TAG), tag(x.NUMBA_TAG)]
+mgr.reset()
+out["reset"] = [mgr.host_reset, x.stats(0)["cached_bytes"]]
+x.flush_log(0)
+with open(os.environ["XLOGRT_LOG_FILE"], newline="") as f:
+    out["log"] = [[r["Action"], int(r["Pointer"], 16), r["Tag"]] for r in csv.DictReader(f)]
+print(json.dumps(out))
+'''
+
+
+def frameworks_checks(py, env, tmp):
+    standins = os.path.join(tmp, "standins")
+    for rel, text in STANDINS.items():
+        os.makedirs(os.path.dirname(os.path.join(standins, rel)), exist_ok=True)
+        with open(os.path.join(standins, rel), "w") as f:
+            f.write(text)
+    log = os.path.join(tmp, "frameworks.csv")
+    p = sh([py, "-c", FRAMEWORKS_PROBE, standins], env=dict(env, XLOGRT_BUDGET_BYTES="4M", XLOGRT_LOG_FILE=log), cwd=tmp)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    check(p.returncode == 0 and bool(lines), "xlogrt_cupy and xlogrt_numba run over the stand-ins on the fake libcuda")
+    if not lines:
+        return
+    import json
+    r = json.loads(lines[-1])
+    check(r["imported"] == [], f"importing xlogrt_cupy and xlogrt_numba imports no framework ({r['imported']})")
+    check("ImportError" in (r["cupy_missing"] or "") and "CuPy does not import" in r["cupy_missing"],
+          f"without CuPy, xlogrt_cupy.malloc says so by name ({r['cupy_missing']})")
+    check("ImportError" in (r["numba_missing"] or "") and "Numba" in r["numba_missing"],
+          f"without Numba, xlogrt_numba.XlogrtNumbaManager says so by name ({r['numba_missing']})")
+    check(r["cupy_allocator"], "xlogrt_cupy.install sets CuPy's allocator")
+    check(r["cupy_live"] == 1 << 20 and r["cupy_owner_stream"] == 0x30000,
+          "CuPy's MiB counts under its tag, allocated for the current stream")
+    check("foreign_block" in (r["foreign_record"] or ""), "record_stream of a foreign pointer is refused by name")
+    check(r["empty"] == 0, "a CuPy allocation of 0 bytes is a null pointer")
+    check(r["numba_manager"], "xlogrt_numba.install sets Numba's memory manager (interface version 1)")
+    check(r["numba_live"] == 4096, "Numba's 4 KiB counts under its tag")
+    check(r["memory_info"] == [1 << 30, 2 << 30], f"get_memory_info is cuMemGetInfo ({r['memory_info']})")
+    check("RuntimeError" in (r["ipc"] or "") and "IPC" in r["ipc"], "get_ipc_handle is refused by name")
+    check(r["tags_live"] == [8192, 1 << 20, 4096] and r["device_live"] == 8192 + (1 << 20) + 4096,
+          f"one Statistics: torch, CuPy and Numba by tag, and their sum ({r['tags_live']}, {r['device_live']})")
+    check("XLOGRT_BUDGET_BYTES" in (r["cupy_oom"] or "") and "CuPy asked for" in r["cupy_oom"],
+          f"over the budget, CuPy's OutOfMemoryError names the budget ({r['cupy_oom']})")
+    oom = r["numba_oom"] or ["", 0, False]
+    check("XLOGRT_BUDGET_BYTES" in oom[0] and oom[1] == 2 and oom[2],
+          f"over the budget, Numba's CudaAPIError(CUDA_ERROR_OUT_OF_MEMORY), a MemoryError, names the budget ({oom})")
+    check(r["bad_tag"][0] is None and "tag 64 is outside 1..63" in r["bad_tag"][1], "a tag out of range is refused by name")
+    check("tag 99" in (r["bad_tag_stats"] or ""), "tag_stats of a tag out of range is refused by name")
+    check("already loaded" in (r["second_copy"] or ""), "a second copy of the library is refused by name")
+    check("OutOfMemoryError" in (r["negative"] or "") and "invalid_argument" in r["negative"],
+          "a negative CuPy size is CuPy's OutOfMemoryError naming invalid_argument")
+    cupy_after, numba_after = r["after"]
+    check(cupy_after["current_bytes"] == 0 and cupy_after["frees"] == 1 and numba_after["current_bytes"] == 0
+          and numba_after["frees"] == 1, "the last references gone, CuPy's and Numba's blocks are freed")
+    check(r["reset"] == [1, 0], "reset: Numba's host state and xlogrt's cache are cleared")
+    log = r["log"]
+    for name, ptr, t in (("CuPy", r["cupy_ptr"], "2"), ("Numba", r["numba_ptr"], "3")):
+        check(["allocate", ptr, t] in log and ["free", ptr, t] in log,
+              f"the log shows {name}'s block allocated and freed under tag {t}")
+
+
 def main():
     if len(sys.argv) != 2:
         print("usage: test_package.py FAKE_LIBCUDA")
@@ -105,6 +330,8 @@ def main():
         names = subprocess.run([python, "-m", "zipfile", "-l", found[0]], capture_output=True, text=True).stdout
         check("xlogrt_torch/libxlogrt_torch.so" in names and "xlogrt_torch/__init__.py" in names,
               "the wheel holds the module and libxlogrt_torch.so")
+        check("xlogrt_cupy/__init__.py" in names and "xlogrt_numba/__init__.py" in names,
+              "the wheel holds xlogrt_cupy and xlogrt_numba")
         check(f"xlogrt_torch-{version}" in os.path.basename(found[0]), f"the wheel's version is {version}")
 
         env_dir = os.path.join(tmp, "venv")
@@ -138,6 +365,7 @@ def main():
             empty = r["empty"]
             check(empty["xlogrt.cached_bytes"] == 0 and empty["xlogrt.held_bytes"] == 0,
                   "empty_cache leaves nothing cached or queued")
+        frameworks_checks(py, env, tmp)
         site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               capture_output=True, text=True).stdout.strip()
         check(sh([py, "-m", "pip", "uninstall", "-y", "xlogrt-torch"]).returncode == 0, "pip uninstalls it")

@@ -124,6 +124,75 @@ TEST_CASE("torch bridge: over the budget, NULL and a message naming XLOGRT_BUDGE
   xlogrt_torch_free(p, 4096, 0, s);
 }
 
+TEST_CASE("torch bridge: each framework's tag reaches Statistics; one free and one record_stream for all",
+          "[torch_bridge]") {
+  const auto s = handle(0x10000), side = handle(0x20000);
+  auto tagged = [](uint32_t tag) {
+    xlogrt_torch_stats t{};
+    REQUIRE(xlogrt_torch_get_tag_stats(0, tag, &t) == 0);
+    return t;
+  };
+  const auto torch0 = tagged(XLOGRT_TAG_TORCH), cupy0 = tagged(XLOGRT_TAG_CUPY), numba0 = tagged(XLOGRT_TAG_NUMBA);
+  const auto all0 = stats();
+  void* t = xlogrt_torch_malloc(1024, 0, s);
+  void* c = xlogrt_torch_malloc_tagged(2048, 0, s, XLOGRT_TAG_CUPY);
+  void* n = xlogrt_torch_malloc_tagged(4096, 0, side, XLOGRT_TAG_NUMBA);
+  REQUIRE((t != nullptr && c != nullptr && n != nullptr));
+  CHECK(tagged(XLOGRT_TAG_TORCH).current_bytes == torch0.current_bytes + 1024);
+  CHECK(tagged(XLOGRT_TAG_CUPY).current_bytes == cupy0.current_bytes + 2048);
+  CHECK(tagged(XLOGRT_TAG_NUMBA).current_bytes == numba0.current_bytes + 4096);
+  CHECK(tagged(XLOGRT_TAG_CUPY).allocations == cupy0.allocations + 1);
+  const auto all = stats();
+  CHECK(all.current_bytes == all0.current_bytes + 1024 + 2048 + 4096);  // one Statistics for the three
+  CHECK(tagged(XLOGRT_TAG_NUMBA).budget_bytes == all.budget_bytes);     // the device's fields as get_stats'
+  CHECK(xlogrt_torch_record_stream(c, side) == 0);
+  xlogrt_torch_free(c, 2048, 0, s);
+  xlogrt_torch_free(n, 4096, 0, side);
+  xlogrt_torch_free(t, 1024, 0, s);
+  CHECK(tagged(XLOGRT_TAG_CUPY).frees == cupy0.frees + 1);
+  CHECK(tagged(XLOGRT_TAG_CUPY).current_bytes == cupy0.current_bytes);
+  CHECK(tagged(XLOGRT_TAG_NUMBA).current_bytes == numba0.current_bytes);
+  CHECK(stats().current_bytes == all0.current_bytes);
+  CHECK(xlogrt_torch_reap(0) == 0);
+}
+
+TEST_CASE("torch bridge: the tagged entry points refuse bad input by name and never call the failure handler",
+          "[torch_bridge]") {
+  const auto s = handle(0x10000);
+  xlogrt_torch_set_failure_handler([](const char*, size_t, int) { throw std::runtime_error("handler called"); });
+  const auto before = stats();
+  CHECK(xlogrt_torch_malloc_tagged(0, 0, s, XLOGRT_TAG_CUPY) == nullptr);  // size 0: no block, no error
+  CHECK(std::string(xlogrt_torch_last_error()).empty());
+  CHECK(xlogrt_torch_malloc_tagged(-3, 0, s, XLOGRT_TAG_CUPY) == nullptr);
+  CHECK(std::string(xlogrt_torch_last_error()).find("negative size") != std::string::npos);
+  for (uint32_t bad : {0u, XLOGRT_TAG_MAX + 1, 0xffffffffu}) {
+    CHECK(xlogrt_torch_malloc_tagged(64, 0, s, bad) == nullptr);
+    CHECK(std::string(xlogrt_torch_last_error()).find("tag " + std::to_string(bad) + " is outside 1..63") !=
+          std::string::npos);
+  }
+  CHECK(xlogrt_torch_malloc_tagged(64, 99, s, XLOGRT_TAG_NUMBA) == nullptr);
+  CHECK(std::string(xlogrt_torch_last_error()).find("invalid_ordinal") != std::string::npos);
+  CHECK(xlogrt_torch_malloc_tagged(2 << 20, 0, s, XLOGRT_TAG_CUPY) == nullptr);  // over the 1 MiB budget
+  CHECK(std::string(xlogrt_torch_last_error()).find("XLOGRT_BUDGET_BYTES") != std::string::npos);
+  CHECK(stats().current_bytes == before.current_bytes);
+  xlogrt_torch_set_failure_handler(nullptr);
+  xlogrt_torch_stats ignored{};
+  CHECK(xlogrt_torch_get_tag_stats(0, XLOGRT_TAG_MAX + 1, &ignored) == -1);
+  CHECK(std::string(xlogrt_torch_last_error()).find("tag 64") != std::string::npos);
+  CHECK(xlogrt_torch_get_tag_stats(99, XLOGRT_TAG_CUPY, &ignored) == -1);
+  CHECK(xlogrt_torch_get_tag_stats(0, XLOGRT_TAG_CUPY, nullptr) == -1);
+}
+
+TEST_CASE("torch bridge: mem_get_info is the driver's cuMemGetInfo", "[torch_bridge]") {
+  uint64_t free_bytes = 0, total_bytes = 0;
+  REQUIRE(xlogrt_torch_mem_get_info(0, &free_bytes, &total_bytes) == 0);
+  CHECK(free_bytes == uint64_t{1} << 30);  // what the fake libcuda reports
+  CHECK(total_bytes == uint64_t{2} << 30);
+  CHECK(xlogrt_torch_mem_get_info(99, &free_bytes, &total_bytes) == -1);
+  CHECK(std::string(xlogrt_torch_last_error()).find("invalid_ordinal") != std::string::npos);
+  CHECK(xlogrt_torch_mem_get_info(0, nullptr, &total_bytes) == -1);
+}
+
 // Last: it replaces the budget the other cases run under.
 TEST_CASE("torch bridge: the memory fraction sets the budget; a fraction out of range changes nothing",
           "[torch_bridge]") {

@@ -42,8 +42,11 @@ using Runtime = xlogrt::DeviceRuntime<xlogrt::DefaultStack>;
 using Resource = xlogrt::PointerResource<xlogrt::DefaultStack>;
 constexpr std::uint32_t DEVICES = Runtime::MAX_DEVICE_ORDINALS;
 
-/// torch's allocations carry this tag in Statistics and in the log.
-constexpr xlogrt::AllocTag TORCH_TAG{1};
+/// torch's allocations carry this tag in Statistics and in the log (CuPy's and Numba's
+/// theirs, through xlogrt_torch_malloc_tagged).
+constexpr xlogrt::AllocTag TORCH_TAG{XLOGRT_TAG_TORCH};
+static_assert(XLOGRT_TAG_MAX < xlogrt::StatisticsOptions{}.tag_slots,
+              "every framework's tag must have a Statistics slot of its own");
 
 // The resources, built once per device and never destroyed (as the runtimes: torch frees
 // tensors during interpreter shutdown, after static destructors would have run).
@@ -109,6 +112,23 @@ void* xlogrt_torch_malloc(ssize_t size, int device, xlogrt_torch_stream stream) 
   if (r == nullptr) return fail("xlogrt: " + t_last_error, bytes, device);
   auto p = r->allocate(bytes, stream);
   if (!p) [[unlikely]] return fail(failure_message(p.error()), bytes, device);
+  return *p;
+}
+
+void* xlogrt_torch_malloc_tagged(ssize_t size, int device, xlogrt_torch_stream stream, uint32_t tag) {
+  if (size <= 0) {
+    if (size == 0) return set_error(""), nullptr;
+    return set_error("xlogrt: invalid_argument: a negative size (" + std::to_string(size) + ")"), nullptr;
+  }
+  if (tag == 0 || tag > XLOGRT_TAG_MAX) {
+    return set_error("xlogrt: invalid_argument: tag " + std::to_string(tag) + " is outside 1.." +
+                     std::to_string(XLOGRT_TAG_MAX)),
+           nullptr;
+  }
+  Resource* r = resource(device);
+  if (r == nullptr) return set_error("xlogrt: " + t_last_error), nullptr;
+  auto p = r->allocate(static_cast<std::size_t>(size), stream, xlogrt::AllocTag{tag});
+  if (!p) [[unlikely]] return set_error(failure_message(p.error())), nullptr;
   return *p;
 }
 
@@ -181,6 +201,42 @@ int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
   out->budget_bytes = usage.limit != std::numeric_limits<std::size_t>::max() ? usage.limit
                                                                             : std::numeric_limits<std::uint64_t>::max();
   out->budget_in_use = usage.in_use;
+  return 0;
+}
+
+int xlogrt_torch_get_tag_stats(int device, uint32_t tag, xlogrt_torch_stats* out) {
+  if (tag > XLOGRT_TAG_MAX) {
+    return set_error("invalid_argument: tag " + std::to_string(tag) + " is outside 0.." + std::to_string(XLOGRT_TAG_MAX)),
+           -1;
+  }
+  if (xlogrt_torch_get_stats(device, out) != 0) return -1;
+  const auto c = xlogrt::find_layer<xlogrt::Statistics>(g_resources[static_cast<std::size_t>(device)]
+                                                            .load(std::memory_order_acquire)
+                                                            ->runtime()
+                                                            .stack())
+                     ->snapshot()
+                     .of(xlogrt::AllocTag{tag});
+  out->current_bytes = c.current_bytes;
+  out->peak_bytes = c.peak_bytes;
+  out->total_bytes = c.total_bytes;
+  out->freed_bytes = c.freed_bytes;
+  out->current_count = c.current_count;
+  out->allocations = c.allocations;
+  out->frees = c.frees;
+  out->failed = c.failed;
+  return 0;
+}
+
+int xlogrt_torch_mem_get_info(int device, uint64_t* free_bytes, uint64_t* total_bytes) {
+  if (free_bytes == nullptr || total_bytes == nullptr) return set_error("invalid_argument: nowhere to write"), -1;
+  Resource* r = resource(device);
+  if (r == nullptr) return -1;
+  auto& rt = r->runtime();
+  if (auto done = rt.device()->make_current(); !done) return set_error(done.error().what()), -1;
+  auto info = rt.driver().mem_get_info();
+  if (!info) return set_error(info.error().what()), -1;
+  *free_bytes = info->free;
+  *total_bytes = info->total;
   return 0;
 }
 

@@ -1,7 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The C interface of libxlogrt_torch: the allocation functions that
  * torch.cuda.memory.CUDAPluggableAllocator(path, "xlogrt_torch_malloc", "xlogrt_torch_free")
- * loads, and what the torch hooks (torch_hooks.cpp) and Python (xlogrt_torch/) call.
+ * loads, and what the torch hooks (torch_hooks.cpp) and Python (xlogrt_torch/,
+ * xlogrt_cupy/, xlogrt_numba/) call.
+ *
+ * One library for every framework of the process: PyTorch, CuPy and Numba load this same
+ * file, so they share one DeviceRuntime<DefaultStack> per device (one budget, one cache,
+ * one XLOGRT_LOG_FILE log), told apart by the tag of their allocations. The name stays
+ * libxlogrt_torch (and the prefix xlogrt_torch_) for the functions torch and existing
+ * callers already name; nothing in it depends on torch.
  *
  * The library exports these functions and nothing else (xlogrt_torch.map), so that a
  * copy of libstdc++ linked into it statically never stands in for the process's own. */
@@ -34,6 +41,26 @@ XLOGRT_TORCH_API void xlogrt_torch_free(void* ptr, ssize_t size, int device, xlo
  * Returns 0, or -1 (xlogrt_torch_last_error says why). */
 XLOGRT_TORCH_API int xlogrt_torch_record_stream(void* ptr, xlogrt_torch_stream stream);
 
+/* The tags of the frameworks' allocations, in Statistics (xlogrt_torch_get_tag_stats)
+ * and in the XLOGRT_LOG_FILE log. xlogrt_torch_malloc tags with XLOGRT_TAG_TORCH. */
+#define XLOGRT_TAG_TORCH 1u
+#define XLOGRT_TAG_CUPY 2u
+#define XLOGRT_TAG_NUMBA 3u
+/* The largest tag xlogrt_torch_malloc_tagged accepts: Statistics counts tags below 64
+ * one by one. 4..63 are free for other callers. */
+#define XLOGRT_TAG_MAX 63u
+
+/* xlogrt_torch_malloc for another framework: the allocation carries `tag`
+ * (1..XLOGRT_TAG_MAX). Returns NULL for size 0 (no block, no error) and on failure
+ * (a negative size, a tag out of range, an unknown device, the stack's refusal: the
+ * message, from xlogrt_torch_last_error, names the budget when the budget refused).
+ * Never calls the failure handler: it is meant for callers that cannot take a C++
+ * exception (ctypes), so a process with torch's hooks installed still gets NULL here.
+ * Free with xlogrt_torch_free (any tag: the pointer is enough), record uses with
+ * xlogrt_torch_record_stream. */
+XLOGRT_TORCH_API void* xlogrt_torch_malloc_tagged(ssize_t size, int device, xlogrt_torch_stream stream,
+                                                  uint32_t tag);
+
 /* Called with the message of a failed allocation, instead of returning NULL. It may
  * throw a C++ exception (the torch hooks throw c10::OutOfMemoryError); NULL: none. */
 typedef void (*xlogrt_torch_failure_handler)(const char* message, size_t bytes, int device);
@@ -63,6 +90,16 @@ typedef struct xlogrt_torch_stats {
 } xlogrt_torch_stats;
 /* Returns 0, or -1 for a device that has no runtime (and cannot have one). */
 XLOGRT_TORCH_API int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out);
+/* xlogrt_torch_get_stats with the first eight fields (current_bytes .. failed) those of
+ * the allocations tagged `tag` alone (0: the untagged; zero when the tag has none); the
+ * others are the device's, as xlogrt_torch_get_stats fills them. Returns 0, or -1 for a
+ * tag above XLOGRT_TAG_MAX or a device without a runtime. */
+XLOGRT_TORCH_API int xlogrt_torch_get_tag_stats(int device, uint32_t tag, xlogrt_torch_stats* out);
+/* cuMemGetInfo of `device`: its free and total bytes, as the driver tells them (Numba's
+ * get_memory_info). Builds the device's runtime if it has none yet, and leaves the
+ * device's primary context current on the calling thread (the context CuPy, Numba and
+ * torch use). Returns 0, or -1 (an unknown device, a driver error; last_error says). */
+XLOGRT_TORCH_API int xlogrt_torch_mem_get_info(int device, uint64_t* free_bytes, uint64_t* total_bytes);
 /* Statistics' peaks start again from the bytes live now. Returns 0 or -1. */
 XLOGRT_TORCH_API int xlogrt_torch_reset_peak(int device);
 /* Waits for the queued frees of `device` and retires them. Returns 0 or -1. */

@@ -142,6 +142,28 @@ TEST_CASE("PointerResource allocates on an adopted foreign stream and frees by p
   CHECK(rig.rt->stack().snapshot().of(AllocTag{9}).frees == 2);
 }
 
+TEST_CASE("PointerResource: a per-call tag replaces the resource's in Statistics; the free needs none",
+          "[interop]") {
+  Rig rig;
+  PointerResource<Stack> res(*rig.rt, {.tag = AllocTag{1}});
+  auto s = rig.foreign_stream();
+  auto own = res.allocate(256, s);
+  auto other = res.allocate(1024, s, AllocTag{3});
+  REQUIRE(own.has_value());
+  REQUIRE(other.has_value());
+  CHECK(res.find(*other)->tag() == AllocTag{3});
+  auto snap = rig.rt->stack().snapshot();
+  CHECK(snap.of(AllocTag{1}).current_bytes == 256);
+  CHECK(snap.of(AllocTag{3}).current_bytes == 1024);
+  CHECK(!res.allocate(64, s, AllocTag{3}, 300).has_value());  // the alignment is still checked
+  REQUIRE(res.deallocate(*other, 1024, s).has_value());
+  REQUIRE(res.deallocate(*own, 256, s).has_value());
+  snap = rig.rt->stack().snapshot();
+  CHECK(snap.of(AllocTag{3}).frees == 1);
+  CHECK(snap.of(AllocTag{3}).current_bytes == 0);
+  CHECK(snap.of(AllocTag{1}).frees == 1);
+}
+
 TEST_CASE("PointerResource refuses bad input by name and keeps the block", "[interop]") {
   Rig rig;
   PointerResource<Stack> res(*rig.rt);

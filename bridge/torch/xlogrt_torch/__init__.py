@@ -25,13 +25,27 @@ install() loads libxlogrt_torch (the allocator's C functions) and libxlogrt_torc
 cross-stream tracking, turns a refused allocation into torch.OutOfMemoryError and sets
 the empty-cache and memory-fraction hooks. Both are loaded privately (RTLD_LOCAL): they
 export their C functions alone, so no library loaded later binds to their code.
+
+One runtime for every framework: xlogrt_cupy and xlogrt_numba (the same package) load the
+same libxlogrt_torch.so through shared_library(), so PyTorch, CuPy and Numba in one process
+allocate from one DeviceRuntime per device: one budget, one cache, one log, one
+Statistics, their allocations told apart by tag (TORCH_TAG, CUPY_TAG, NUMBA_TAG;
+tag_stats()). The library keeps its name, libxlogrt_torch, for what torch and existing
+callers already name; nothing in it depends on torch. Every module of the process must
+load it from one path (the installed package, or one build directory): a second path
+would be a second copy with runtimes of its own, so shared_library() refuses it.
 """
 import ctypes
 import os
 
 __all__ = ["__version__", "install", "installed", "memory_stats", "memory_allocated", "max_memory_allocated",
            "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "empty_cache",
-           "set_per_process_memory_fraction", "stats", "reap", "flush_log", "last_error", "library_paths"]
+           "set_per_process_memory_fraction", "stats", "tag_stats", "mem_get_info", "record_stream", "reap",
+           "flush_log", "last_error", "library_paths", "shared_library", "TORCH_TAG", "CUPY_TAG", "NUMBA_TAG"]
+
+# The tags of each framework's allocations (xlogrt_torch.h's XLOGRT_TAG_*), in Statistics
+# (tag_stats) and in the XLOGRT_LOG_FILE log.
+TORCH_TAG, CUPY_TAG, NUMBA_TAG = 1, 2, 3
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -60,7 +74,9 @@ class _Stats(ctypes.Structure):
         "device_allocs", "alloc_retries", "budget_bytes", "budget_in_use")]
 
 
-_lib = None
+_lib = None        # the loaded libxlogrt_torch, whichever framework loaded it first
+_lib_path = None   # the path it was loaded from
+_installed = False  # install() (torch) has run
 _hooks = None
 
 
@@ -79,7 +95,40 @@ def _load(lib_path):
     lib.xlogrt_torch_last_error.restype = ctypes.c_char_p
     lib.xlogrt_torch_version.restype = ctypes.c_char_p
     lib.xlogrt_torch_set_memory_fraction.argtypes = [ctypes.c_double, ctypes.c_int]
+    # What xlogrt_cupy and xlogrt_numba call (ctypes releases the GIL around each call).
+    lib.xlogrt_torch_malloc_tagged.restype = ctypes.c_void_p
+    lib.xlogrt_torch_malloc_tagged.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32]
+    lib.xlogrt_torch_free.restype = None
+    lib.xlogrt_torch_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    lib.xlogrt_torch_record_stream.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.xlogrt_torch_get_tag_stats.argtypes = [ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(_Stats)]
+    lib.xlogrt_torch_mem_get_info.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64),
+                                              ctypes.POINTER(ctypes.c_uint64)]
     return lib
+
+
+def shared_library(build_dir=None):
+    """The process's libxlogrt_torch, loaded on the first call (from the installed package,
+    or from a Meson build directory): the one every framework module allocates through.
+    build_dir None takes the copy loaded already, if any. Raises RuntimeError when a
+    build_dir names another copy than the one loaded (a second copy would have runtimes,
+    budgets and caches of its own), FileNotFoundError when it is missing."""
+    global _lib, _lib_path
+    if _lib is not None and build_dir is None:
+        return _lib
+    lib_path = os.path.realpath(library_paths(build_dir)[0])
+    if _lib is not None:
+        if _lib_path is not None and lib_path != _lib_path:
+            raise RuntimeError(f"xlogrt: libxlogrt_torch is already loaded from {_lib_path}; loading {lib_path} "
+                               "too would give this process a second runtime: load every framework's bridge "
+                               "from one place")
+        return _lib
+    if not os.path.exists(lib_path):
+        where = "the installed package" if build_dir is None else build_dir
+        raise FileNotFoundError(f"xlogrt: {lib_path} is missing from {where} "
+                                "(pip install ./bridge/torch, or a Meson build with -Dtorch_bridge=enabled)")
+    _lib, _lib_path = _load(lib_path), lib_path
+    return _lib
 
 
 def install(build_dir=None, hooks=True, record_stream=True):
@@ -89,9 +138,9 @@ def install(build_dir=None, hooks=True, record_stream=True):
     package's). hooks=False: the plain pluggable allocator only (no record_stream, NULL on
     failure, no empty_cache or memory-fraction hooks). record_stream=False: the hooks
     without the record_stream hook (for the test that shows what goes wrong without it)."""
-    global _lib, _hooks
+    global _installed, _hooks
     import torch
-    if _lib is not None:
+    if _installed:
         raise RuntimeError("xlogrt_torch.install: already installed in this process")
     lib_path, hooks_path = library_paths(build_dir)
     where = "the installed package" if build_dir is None else build_dir
@@ -101,7 +150,8 @@ def install(build_dir=None, hooks=True, record_stream=True):
     if hooks and not os.path.exists(hooks_path):
         raise FileNotFoundError(f"xlogrt_torch.install: {hooks_path} is missing: torch did not import where the "
                                 "bridge was built (rebuild where `python3 -c 'import torch'` works), or pass hooks=False")
-    lib = _load(lib_path)
+    shared_library(build_dir)  # the copy CuPy and Numba use too (ctypes and torch dlopen the same file)
+    lib_path = _lib_path or lib_path
     alloc = torch.cuda.memory.CUDAPluggableAllocator(lib_path, "xlogrt_torch_malloc", "xlogrt_torch_free")
     torch.cuda.memory.change_current_allocator(alloc)
     if hooks:
@@ -110,18 +160,19 @@ def install(build_dir=None, hooks=True, record_stream=True):
         if h.xlogrt_torch_install_hooks(ctypes.c_int(1 if record_stream else 0)) != 0:
             raise RuntimeError("xlogrt_torch.install: the current CUDA allocator is not the pluggable one")
         _hooks = h
-    _lib = lib
+    _installed = True
     return alloc
 
 
 def installed():
     """Whether install() has run in this process."""
-    return _lib is not None
+    return _installed
 
 
 def _library():
     if _lib is None:
-        raise RuntimeError("xlogrt_torch: call install() first")
+        raise RuntimeError("xlogrt_torch: no framework allocates through xlogrt in this process yet: call "
+                           "xlogrt_torch.install(), xlogrt_cupy.install() or xlogrt_numba.install() first")
     return _lib
 
 
@@ -154,6 +205,81 @@ def stats(device=None):
     if d["budget_bytes"] == 2**64 - 1:
         d["budget_bytes"] = None
     return d
+
+
+def tag_stats(tag, device=None):
+    """stats() with current_bytes .. failed those of the allocations tagged `tag` alone
+    (TORCH_TAG, CUPY_TAG, NUMBA_TAG, or another tag up to 63); the other keys are the
+    device's, as stats() has them."""
+    s = _Stats()
+    _check(_library().xlogrt_torch_get_tag_stats(_device_index(device), int(tag), ctypes.byref(s)), "tag_stats")
+    d = {name: getattr(s, name) for name, _ in _Stats._fields_}
+    if d["budget_bytes"] == 2**64 - 1:
+        d["budget_bytes"] = None
+    return d
+
+
+def mem_get_info(device=None):
+    """(free, total) bytes of the device as cuMemGetInfo tells them (the whole device, every
+    process). Makes the device's primary context current on the calling thread."""
+    free, total = ctypes.c_uint64(), ctypes.c_uint64()
+    _check(_library().xlogrt_torch_mem_get_info(_device_index(device), ctypes.byref(free), ctypes.byref(total)),
+           "mem_get_info")
+    return free.value, total.value
+
+
+def stream_handle(stream):
+    """The driver handle (an int) of a stream of any framework: an int, None (0: the legacy
+    default stream), an object with __cuda_stream__ (CUDA's stream protocol), a CuPy stream
+    (.ptr), a torch stream (.cuda_stream), a Numba stream (int())."""
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    for attr in ("ptr", "cuda_stream"):
+        v = getattr(stream, attr, None)
+        if isinstance(v, int):
+            return v
+    try:
+        return int(stream)
+    except (TypeError, ValueError):
+        raise TypeError(f"xlogrt: {stream!r} is not a stream (an int handle, or a CuPy, torch or Numba stream)") from None
+
+
+def base_pointer(obj):
+    """The address xlogrt handed out for the memory of `obj`: an int (taken as it is), a
+    CuPy array or MemoryPointer (its allocation's base, also for a view), a Numba device
+    array or MemoryPointer (its owner's), a torch tensor (its storage's), else
+    __cuda_array_interface__'s data pointer (which, for a view, is not the base)."""
+    if isinstance(obj, int):
+        return obj
+    data = getattr(obj, "data", None)
+    mem = getattr(data, "mem", None) or getattr(obj, "mem", None)  # cupy.ndarray / cupy MemoryPointer
+    if mem is not None and hasattr(mem, "ptr"):
+        return int(mem.ptr)
+    gpu = getattr(obj, "gpu_data", None)  # a Numba device array
+    if gpu is None and hasattr(obj, "device_pointer_value"):  # a Numba MemoryPointer
+        gpu = obj
+    if gpu is not None:
+        owner = getattr(gpu, "owner", None)  # a view's owner is the allocation's pointer
+        return int((owner if owner is not None else gpu).device_pointer_value or 0)
+    if hasattr(obj, "untyped_storage"):  # torch.Tensor
+        return int(obj.untyped_storage().data_ptr())
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        return int(cai["data"][0])
+    raise TypeError(f"xlogrt: {type(obj).__name__} is not a pointer or a device array")
+
+
+def record_stream(ptr_or_array, stream):
+    """The free of the xlogrt block behind `ptr_or_array` (see base_pointer) waits for the
+    work enqueued on `stream` up to the free (torch's Tensor.record_stream, for any
+    framework's memory). Raises ValueError for memory xlogrt did not hand out."""
+    ptr = base_pointer(ptr_or_array)
+    if _library().xlogrt_torch_record_stream(ctypes.c_void_p(ptr), ctypes.c_void_p(stream_handle(stream))) != 0:
+        raise ValueError(f"xlogrt.record_stream: {last_error()}")
 
 
 def memory_stats(device=None):

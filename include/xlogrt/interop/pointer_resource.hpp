@@ -71,6 +71,13 @@ class PointerResource {
   /// invalid_argument for an alignment the device pool does not give, the driver's for
   /// a stream it does not know.
   result<void*> allocate(std::size_t bytes, stream_t stream, std::size_t alignment = ALIGNMENT) noexcept {
+    return allocate(bytes, stream, tag_, alignment);
+  }
+
+  /// As above, with `tag` in Statistics and the log instead of the resource's own (a
+  /// bridge that serves several engines from one resource tells them apart by tag; the
+  /// pointers share one map, so deallocate and record_use need no tag).
+  result<void*> allocate(std::size_t bytes, stream_t stream, AllocTag tag, std::size_t alignment = ALIGNMENT) noexcept {
     if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > ALIGNMENT) [[unlikely]] {
       return error{errc::invalid_argument, "alignment " + std::to_string(alignment) +
                                                " is not a power of two of at most " +
@@ -78,7 +85,7 @@ class PointerResource {
     }
     auto id = stream_id(stream);
     if (!id) return std::move(id).error();
-    auto b = rt_->allocate(bytes, *id, tag_);
+    auto b = rt_->allocate(bytes, *id, tag);
     if (!b) return std::move(b).error();
     void* p = b->template as<void>();
     if (!map_.insert(std::move(*b), bytes)) [[unlikely]] {
