@@ -84,6 +84,13 @@ Resource* resource(int device) noexcept {
   return r;
 }
 
+/// The device pools the stack allocates from: the default one, and the small blocks' own
+/// (null when the stack has none).
+std::array<CUmemoryPool, 2> pools(Runtime& rt) {
+  const auto& base = xlogrt::find_layer<xlogrt::Budget>(rt.stack())->upstream();
+  return {base.pool(), base.small_pool() != base.pool() ? base.small_pool() : nullptr};
+}
+
 /// The stack's budget error, with the variable that sets the budget named.
 std::string failure_message(const xlogrt::error& e) {
   std::string m = "xlogrt: " + e.what();
@@ -192,10 +199,13 @@ int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
   out->cached_bytes = cache.cached_bytes;
   out->device_allocs = cache.misses + cache.bypasses;
   out->alloc_retries = cache.pressure_retries;
-  if (auto u = rt.driver().mempool_usage(rt.device()->mempool())) {
-    out->pool_reserved = u->reserved;
-    out->pool_reserved_peak = u->reserved_high;
-    out->pool_used = u->used;
+  for (auto pool : pools(rt)) {  // the peaks of the two pools may fall at different times: a bound
+    if (pool == nullptr) continue;
+    if (auto u = rt.driver().mempool_usage(pool)) {
+      out->pool_reserved += u->reserved;
+      out->pool_reserved_peak += u->reserved_high;
+      out->pool_used += u->used;
+    }
   }
   const auto usage = budget.usage();
   out->budget_bytes = usage.limit != std::numeric_limits<std::size_t>::max() ? usage.limit
@@ -267,8 +277,9 @@ int xlogrt_torch_empty_cache(int device) {
   auto& rt = r->runtime();
   (void)xlogrt::find_layer<xlogrt::Cached>(rt.stack())->trim();
   if (auto done = rt.reap_pending(); !done) return set_error(done.error().what()), -1;
-  if (auto done = rt.driver().mempool_trim_to(rt.device()->mempool(), 0); !done) {
-    return set_error(done.error().what()), -1;
+  for (auto pool : pools(rt)) {
+    if (pool == nullptr) continue;
+    if (auto done = rt.driver().mempool_trim_to(pool, 0); !done) return set_error(done.error().what()), -1;
   }
   return 0;
 }

@@ -80,9 +80,10 @@ typedef struct xlogrt_torch_stats {
   uint64_t bytes_outstanding; /* live blocks and frees not yet retired (DeviceRuntime::bytes_outstanding) */
   uint64_t cached_bytes;      /* blocks in the caching layer (0 with XLOGRT_CACHE=0); the stack holds
                                  bytes_outstanding + cached_bytes of the device */
-  uint64_t pool_reserved;     /* the device pool's reserved memory (cuMemPoolGetAttribute) */
-  uint64_t pool_reserved_peak;/* its highest since the pool was created */
-  uint64_t pool_used;         /* the pool's memory its allocations occupy */
+  uint64_t pool_reserved;     /* the reserved memory of the stack's device pools (cuMemPoolGetAttribute):
+                                 the device's default pool and the small blocks' own */
+  uint64_t pool_reserved_peak;/* the sum of their highest since they were created (a bound of the peak) */
+  uint64_t pool_used;         /* the memory their allocations occupy */
   uint64_t device_allocs;     /* requests the caching layer passed to the pool */
   uint64_t alloc_retries;     /* pool failures retried after the cache gave memory back */
   uint64_t budget_bytes;      /* the device's budget; UINT64_MAX: none */

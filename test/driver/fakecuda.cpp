@@ -259,6 +259,13 @@ CUresult CUDAAPI fake_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribu
   *static_cast<cuuint64_t*>(value) = cuuint64_t{0x1000} * static_cast<cuuint64_t>(attr);
   return CUDA_SUCCESS;
 }
+CUresult CUDAAPI fake_cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  if (CUresult r = enter("cuMemPoolCreate", 11020, u(props->location.id)); r != CUDA_SUCCESS) return r;
+  static int pools = 0;
+  *pool = reinterpret_cast<CUmemoryPool>(static_cast<std::uintptr_t>(0x9000 + 0x10 * ++pools));
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_cuMemPoolDestroy(CUmemoryPool pool) { return enter("cuMemPoolDestroy", 11020, u(pool)); }
 CUresult CUDAAPI fake_cuMemPoolTrimTo(CUmemoryPool pool, std::size_t keep) {
   return enter("cuMemPoolTrimTo", 11020, u(pool), keep);
 }
@@ -433,6 +440,8 @@ const Entry g_entries[] = {
     {"cuMemPoolSetAttribute", 11020, as_void(&fake_cuMemPoolSetAttribute)},
     {"cuMemPoolGetAttribute", 11020, as_void(&fake_cuMemPoolGetAttribute)},
     {"cuMemPoolTrimTo", 11020, as_void(&fake_cuMemPoolTrimTo)},
+    {"cuMemPoolCreate", 11020, as_void(&fake_cuMemPoolCreate)},
+    {"cuMemPoolDestroy", 11020, as_void(&fake_cuMemPoolDestroy)},
     {"cuMemAllocFromPoolAsync", 11020, as_void(&fake_cuMemAllocFromPoolAsync)},
     {"cuMemFreeAsync", 11020, as_void(&fake_cuMemFreeAsync)},
     {"cuMemAlloc", 2000, as_void(&fake_cuMemAlloc_v1)},

@@ -25,7 +25,7 @@ namespace {
 }
 
 /// The grammar of env_config.hpp's header comment, read independently.
-std::optional<std::size_t> reference_size(std::string_view s) {
+std::optional<std::size_t> reference_size(std::string_view s, bool zero_allowed = false) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   std::size_t i = 0;
@@ -54,7 +54,7 @@ std::optional<std::size_t> reference_size(std::string_view s) {
       if (!(tail.empty() || tail == "B" || tail == "b" || tail == "iB" || tail == "ib" || tail == "IB")) return std::nullopt;
     }
   }
-  if (overflow || v == 0) return std::nullopt;
+  if (overflow || (v == 0 && !zero_allowed)) return std::nullopt;
   v <<= shift;
   if (v > SIZE_MAX) return std::nullopt;
   return static_cast<std::size_t>(v);
@@ -63,10 +63,12 @@ std::optional<std::size_t> reference_size(std::string_view s) {
 /// XLOGRT_CACHE as env_config.hpp's header comment describes it, read independently.
 struct CacheReading {
   bool on = true, nvtx = false;
-  std::optional<std::size_t> sizes[5];  // max_block, thread_block, bin, thread, depot
+  std::optional<std::size_t> sizes[6];  // max_block, thread_block, bin, thread, depot, small_pool
 };
-constexpr const char* SIZE_KEYS[5] = {"max_block_bytes", "thread_block_bytes", "bin_bytes", "thread_bytes",
-                                      "depot_bytes"};
+constexpr const char* SIZE_KEYS[6] = {"max_block_bytes", "thread_block_bytes", "bin_bytes", "thread_bytes",
+                                      "depot_bytes", "small_pool_bytes"};
+/// The sizes whose 0 has a meaning (no thread bins; one pool for all sizes).
+constexpr bool ZERO_ALLOWED[6] = {false, true, false, false, false, true};
 
 std::optional<CacheReading> reference_cache(std::string_view v) {
   CacheReading r;
@@ -77,9 +79,9 @@ std::optional<CacheReading> reference_cache(std::string_view v) {
     const std::size_t eq = item.find('=');
     if (eq != std::string_view::npos) {
       int k = 0;
-      while (k < 5 && item.substr(0, eq) != SIZE_KEYS[k]) ++k;
-      if (k == 5) return std::nullopt;
-      const auto size = reference_size(item.substr(eq + 1));
+      while (k < 6 && item.substr(0, eq) != SIZE_KEYS[k]) ++k;
+      if (k == 6) return std::nullopt;
+      const auto size = reference_size(item.substr(eq + 1), ZERO_ALLOWED[k]);
       if (!size) return std::nullopt;
       r.sizes[k] = size;
     } else if (item == "0" || item == "off" || item == "false") {
@@ -147,10 +149,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto want_cache = reference_cache(vars[2] ? *vars[2] : "");
   if (!want_cache) broken("parse_env_config accepted an XLOGRT_CACHE the grammar refuses");
   const auto& z = cfg->cache_sizes;
-  const std::optional<std::size_t> got[5] = {z.max_block_bytes, z.thread_block_bytes, z.bin_bytes, z.thread_bytes,
-                                             z.depot_bytes};
+  const std::optional<std::size_t> got[6] = {z.max_block_bytes, z.thread_block_bytes, z.bin_bytes, z.thread_bytes,
+                                             z.depot_bytes, z.small_pool_bytes};
   bool same = cfg->cache == want_cache->on && cfg->cache_nvtx == want_cache->nvtx;
-  for (int k = 0; k < 5; ++k) same = same && got[k] == want_cache->sizes[k];
+  for (int k = 0; k < 6; ++k) same = same && got[k] == want_cache->sizes[k];
   if (!same) broken("parse_env_config's XLOGRT_CACHE reading is wrong");
   return 0;
 }

@@ -116,7 +116,7 @@ TEST_CASE("XLOGRT_CACHE: thread_block_bytes=0 is accepted (every block through t
     auto c = parse_env_config(nullptr, nullptr, v);
     REQUIRE_FALSE(c);
     CHECK(c.error().code() == errc::invalid_argument);
-    CHECK_THAT(c.error().message(), Catch::Contains("is zero") && Catch::Contains("only thread_block_bytes may be 0"));
+    CHECK_THAT(c.error().message(), Catch::Contains("is zero") && Catch::Contains("only thread_block_bytes and small_pool_bytes may be 0"));
   }
   auto empty = parse_env_config(nullptr, nullptr, "thread_block_bytes=");  // still no number
   REQUIRE_FALSE(empty);

@@ -384,6 +384,26 @@ class alignas(64) CudaDriver {
     return u;
   }
 
+  /// cuMemPoolCreate: a pool of pinned device memory on `dev`, beside its default pool
+  /// (no IPC handle types), for stream-ordered allocation with cuMemAllocFromPoolAsync.
+  result<CUmemoryPool> mempool_create(CUdevice dev) const noexcept {
+    CUmemPoolProps props{};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = static_cast<int>(dev);
+    CUmemoryPool pool = nullptr;
+    if (auto r = call("cuMemPoolCreate", api_.cuMemPoolCreate_, &pool, static_cast<const CUmemPoolProps*>(&props)); !r) {
+      return std::move(r).error();
+    }
+    return pool;
+  }
+
+  /// cuMemPoolDestroy: the pool's memory goes back once the last of its blocks is freed.
+  result<void> mempool_destroy(CUmemoryPool pool) const noexcept {
+    return call("cuMemPoolDestroy", api_.cuMemPoolDestroy_, pool);
+  }
+
   /// cuMemPoolTrimTo: gives the pool's unused memory back to the device until it holds at
   /// most `keep` bytes beyond what its allocations occupy (memory freed on a stream counts
   /// as unused once the stream has reached the free).

@@ -10,6 +10,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -31,6 +32,13 @@ struct AsyncCudaOptions {
   std::uint64_t release_threshold = std::numeric_limits<std::uint64_t>::max();
   /// Events created up front, so the tracking hot path never creates one.
   std::size_t reserve_events = 64;
+  /// Requests of up to this many bytes come from a pool of their own (cuMemPoolCreate,
+  /// with the same release threshold), the rest from the device's default pool; 0: one
+  /// pool for all. A caching layer above keeps small blocks for long: in the pool of the
+  /// large ones each such block would split the free range it sits in, and the pool
+  /// would grow to place large requests it could otherwise have placed there. Needs a
+  /// driver with mempool_create (CudaDriver, SimDriver).
+  std::size_t small_pool_bytes = 0;
 };
 
 /// The production base resource: cuMemAllocFromPoolAsync / cuMemFreeAsync on the
@@ -105,6 +113,21 @@ class AsyncCuda {
     }
     AsyncCuda a(std::move(streams));
     if (auto r = a.state_->events.reserve(options.reserve_events); !r) return std::move(r).error();
+    if (options.small_pool_bytes != 0) {
+      if constexpr (requires(D& d) { d.mempool_create(dev.handle()); d.mempool_destroy(dev.mempool()); }) {
+        auto pool = dev.driver().mempool_create(dev.handle());
+        if (!pool) return std::move(pool).error();
+        a.state_->small_pool = *pool;  // destroyed with the state from here on
+        if (auto r = dev.driver().mempool_set_release_threshold(*pool, options.release_threshold); !r) {
+          return std::move(r).error();
+        }
+        a.small_pool_ = *pool;
+        a.small_max_ = options.small_pool_bytes;
+      } else {
+        return error{errc::invalid_argument, "AsyncCudaOptions::small_pool_bytes needs a driver that creates "
+                                             "memory pools (mempool_create): set it to 0 on this one"};
+      }
+    }
     return a;
   }
 
@@ -117,7 +140,7 @@ class AsyncCuda {
     }
     const stream_t s = streams_->at(stream);
     std::uint64_t ptr = 0;
-    if (auto r = driver().mem_alloc_async(bytes, pool_, s); r) [[likely]] {
+    if (auto r = driver().mem_alloc_async(bytes, bytes <= small_max_ ? small_pool_ : pool_, s); r) [[likely]] {
       ptr = *r;
     } else {
       return std::move(r).error();
@@ -280,6 +303,11 @@ class AsyncCuda {
   static constexpr std::uint32_t POLL_EVERY = 256;
 
   std::uint32_t device_ordinal() const noexcept { return ordinal_; }
+
+  /// The pools blocks come from: the device's default one, and the pool of the blocks of
+  /// up to small_pool_bytes (the default one again when there is none).
+  typename D::mempool_t pool() const noexcept { return pool_; }
+  typename D::mempool_t small_pool() const noexcept { return small_max_ != 0 ? small_pool_ : pool_; }
 
   // ---- tracking -------------------------------------------------------------------
 
@@ -469,14 +497,20 @@ class AsyncCuda {
   };
 
   struct State {
-    explicit State(std::shared_ptr<Device<D>> dev) : events(std::move(dev)) {}
+    explicit State(std::shared_ptr<Device<D>> dev) : device(dev), events(std::move(dev)) {}
     State(const State&) = delete;
     State& operator=(const State&) = delete;
     ~State() {
       for (const Mark& m : marks) {
         if (m.has_event) events.release(m.event);  // the pool destroys it
       }
+      if constexpr (requires(D& d, typename D::mempool_t p) { d.mempool_destroy(p); }) {
+        // Blocks still allocated from it stay valid: the driver frees the pool after them.
+        if (small_pool && !detail::process_exiting()) (void)device->driver().mempool_destroy(*small_pool);
+      }
     }
+    std::shared_ptr<Device<D>> device;
+    std::optional<typename D::mempool_t> small_pool;  // AsyncCudaOptions::small_pool_bytes' pool
     BlockTable<Track> table;
     EventPool<D> events;
     std::array<QueuedRow, OWNED_ROWS + 1> rows{};
@@ -731,6 +765,8 @@ class AsyncCuda {
   // Fixed for the device's life and read by every allocate and deallocate: copies here
   // keep those on this object's line instead of the device's.
   typename D::mempool_t pool_{};
+  typename D::mempool_t small_pool_{};
+  std::size_t small_max_ = 0;  // 0: no small pool (no request has 0 bytes)
   std::size_t device_bytes_ = 0;
   std::uint32_t ordinal_ = 0;
 };

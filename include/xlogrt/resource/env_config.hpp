@@ -16,10 +16,14 @@
 //                        on / true, unset or empty: caching on. KEY=SIZE sets one of
 //                        CachedOptions' sizes (see cached.hpp), SIZE as for the budget:
 //                        max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes,
-//                        depot_bytes. E.g. XLOGRT_CACHE=on,depot_bytes=4G,thread_bytes=256M.
+//                        depot_bytes; and small_pool_bytes, the default stack's
+//                        AsyncCudaOptions::small_pool_bytes (default: max_block_bytes
+//                        with the cache on, 0 with it off). E.g.
+//                        XLOGRT_CACHE=on,depot_bytes=4G,thread_bytes=256M.
 //                        A later item overrides an earlier one. A size of 0 is refused,
-//                        except thread_block_bytes=0, which CachedOptions defines: no
-//                        thread bins, every block goes through the depots.
+//                        except thread_block_bytes=0, which CachedOptions defines (no
+//                        thread bins, every block goes through the depots), and
+//                        small_pool_bytes=0 (one pool for all sizes).
 // A malformed value is an invalid_argument error that names the variable and the value;
 // nothing here aborts or throws.
 
@@ -50,6 +54,9 @@ struct EnvConfig {
   /// The caching layer's sizes XLOGRT_CACHE sets; unset: CachedOptions' defaults.
   struct CacheSizes {
     std::optional<std::size_t> max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, depot_bytes;
+    /// Not a CachedOptions size: AsyncCudaOptions::small_pool_bytes of the default stack
+    /// (unset: max_block_bytes while the cache is on, else 0).
+    std::optional<std::size_t> small_pool_bytes;
   } cache_sizes;
 };
 
@@ -171,16 +178,20 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
                                             : key == "bin_bytes"          ? &z.bin_bytes
                                             : key == "thread_bytes"       ? &z.thread_bytes
                                             : key == "depot_bytes"        ? &z.depot_bytes
+                                            : key == "small_pool_bytes"   ? &z.small_pool_bytes
                                                                           : nullptr;
         if (field == nullptr) {
-          return bad(item, "has an unknown key (max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, depot_bytes)");
+          return bad(item, "has an unknown key (max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, "
+                           "depot_bytes, small_pool_bytes)");
         }
-        // CachedOptions gives thread_block_bytes=0 a meaning (no thread bins: every block
-        // through the depots); a 0 for any other size would disable or break the cache.
-        const bool zero_allowed = field == &z.thread_block_bytes;
+        // thread_block_bytes=0 has a meaning (no thread bins: every block through the
+        // depots), as small_pool_bytes=0 (one pool for all sizes); a 0 for any other size
+        // would disable or break the cache.
+        const bool zero_allowed = field == &z.thread_block_bytes || field == &z.small_pool_bytes;
         auto size = parse_byte_size(item.substr(eq + 1), std::string(ENV_CACHE) + " " + std::string(key),
                                     std::numeric_limits<std::size_t>::max(),
-                                    " (of the sizes, only thread_block_bytes may be 0; use off to disable the cache)",
+                                    " (of the sizes, only thread_block_bytes and small_pool_bytes may be 0; use off to "
+                                    "disable the cache)",
                                     zero_allowed);
         if (!size) return std::move(size).error();
         *field = *size;

@@ -34,7 +34,9 @@ namespace xlogrt {
 ///   charging every byte the stack holds, cached ones included;
 /// - AsyncCuda: stream-ordered allocation from the device's pool with cross-stream use
 ///   tracking, its release threshold at the maximum (the pool keeps what the cache gives
-///   back, as RMM's and PyTorch's caching allocators keep theirs).
+///   back, as RMM's and PyTorch's caching allocators keep theirs); with the cache on, the
+///   blocks the cache may keep (up to max_block_bytes) from a second pool of their own
+///   (XLOGRT_CACHE=small_pool_bytes=SIZE sets the line, 0 one pool for all).
 template <Driver D>
 using DefaultStackOn = Statistics<Logging<Cached<Budget<AsyncCuda<D>>>, FileSink>>;
 
@@ -51,7 +53,22 @@ struct StackBuilder<DefaultStackOn<D>> {
   static result<DefaultStackOn<D>> build(const std::shared_ptr<StreamPool<D>>& streams) noexcept {
     auto env = read_env_config();
     if (!env) return std::move(env).error();
-    auto base = AsyncCuda<D>::create(streams);
+    CachedOptions cache;
+    cache.enabled = env->cache;
+    cache.nvtx_marks = env->cache_nvtx;
+    const auto& sizes = env->cache_sizes;
+    cache.max_block_bytes = sizes.max_block_bytes.value_or(cache.max_block_bytes);
+    cache.thread_block_bytes = sizes.thread_block_bytes.value_or(cache.thread_block_bytes);
+    cache.bin_bytes = sizes.bin_bytes.value_or(cache.bin_bytes);
+    cache.thread_bytes = sizes.thread_bytes.value_or(cache.thread_bytes);
+    cache.depot_bytes = sizes.depot_bytes.value_or(cache.depot_bytes);
+    AsyncCudaOptions pools;
+    // The blocks the cache may keep come from a pool of their own, where they split no
+    // free range of the large blocks' pool (AsyncCudaOptions::small_pool_bytes).
+    if constexpr (requires(D& d, typename D::device_t dev) { d.mempool_create(dev); }) {
+      pools.small_pool_bytes = sizes.small_pool_bytes.value_or(cache.enabled ? cache.max_block_bytes : 0);
+    }
+    auto base = AsyncCuda<D>::create(streams, pools);
     if (!base) return std::move(base).error();
     FileSink sink;
     if (env->log_file) {
@@ -64,15 +81,6 @@ struct StackBuilder<DefaultStackOn<D>> {
     }
     BudgetOptions budget;
     budget.limit_bytes = env->budget_bytes;
-    CachedOptions cache;
-    cache.enabled = env->cache;
-    cache.nvtx_marks = env->cache_nvtx;
-    const auto& sizes = env->cache_sizes;
-    cache.max_block_bytes = sizes.max_block_bytes.value_or(cache.max_block_bytes);
-    cache.thread_block_bytes = sizes.thread_block_bytes.value_or(cache.thread_block_bytes);
-    cache.bin_bytes = sizes.bin_bytes.value_or(cache.bin_bytes);
-    cache.thread_bytes = sizes.thread_bytes.value_or(cache.thread_bytes);
-    cache.depot_bytes = sizes.depot_bytes.value_or(cache.depot_bytes);
     using Base = Cached<Budget<AsyncCuda<D>>>;
     auto cached = Base::create(Budget<AsyncCuda<D>>(std::move(*base), budget), cache);
     if (!cached) {

@@ -166,6 +166,12 @@ class SimDriver {
   result<void> event_synchronize(event_t e) noexcept;
 
   result<mempool_t> device_default_mempool(device_t dev) noexcept;
+  /// cuMemPoolCreate: a pool beside the device's default one. The simulated pools of a
+  /// device share its arena; a pool is a handle to allocate from, with its own release
+  /// threshold.
+  result<mempool_t> mempool_create(device_t dev) noexcept;
+  /// cuMemPoolDestroy. Blocks still allocated from it stay valid until freed, as CUDA's.
+  result<void> mempool_destroy(mempool_t pool) noexcept;
   /// Stored (see release_threshold()); the simulated pool never returns memory.
   result<void> mempool_set_release_threshold(mempool_t pool, std::uint64_t bytes) noexcept;
   result<std::uint64_t> mem_alloc_async(std::size_t bytes, mempool_t pool, stream_t s) noexcept;
@@ -544,6 +550,9 @@ inline error SimDriver::fault_error(Call c, const Stream& s) const {
 inline bool SimDriver::owns_pool(mempool_t p) const noexcept {
   for (const auto& d : devices_) {
     if (&d->pool == p) return true;
+    for (const auto& c : d->created_pools) {
+      if (&c == p) return !c.destroyed;
+    }
   }
   return false;
 }
@@ -1194,6 +1203,36 @@ inline result<SimDriver::mempool_t> SimDriver::device_default_mempool(device_t d
                     ": the simulator was configured without memory pools");
   }
   return &(*d)->pool;
+}
+
+inline result<SimDriver::mempool_t> SimDriver::mempool_create(device_t dev) noexcept {
+  Lock lk(mu_);
+  if (auto e = enter_locked(Call::mempool_create)) return *e;
+  auto d = device_locked(Call::mempool_create, dev);
+  if (!d) return std::move(d).error();
+  if (!cfg_.memory_pools_supported) {
+    return fail(Call::mempool_create, status::not_supported,
+                "creating a memory pool on device " + std::to_string(dev) +
+                    ": the simulator was configured without memory pools");
+  }
+  try {
+    detail::sim::Pool& p = (*d)->created_pools.emplace_back();
+    p.device = *d;
+    return &p;
+  } catch (...) {
+    return fail(Call::mempool_create, status::out_of_memory, "no host memory for another simulated pool");
+  }
+}
+
+inline result<void> SimDriver::mempool_destroy(mempool_t pool) noexcept {
+  Lock lk(mu_);
+  if (auto e = enter_locked(Call::mempool_destroy)) return *e;
+  if (!owns_pool(pool) || pool == &pool->device->pool) {
+    return fail(Call::mempool_destroy, status::invalid_value,
+                "destroying a pool that is not a created pool of this simulator");
+  }
+  pool->destroyed = true;
+  return ok();
 }
 
 inline result<void> SimDriver::mempool_set_release_threshold(mempool_t pool,

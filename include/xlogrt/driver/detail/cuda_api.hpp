@@ -75,6 +75,8 @@ namespace xlogrt::detail {
   X(cuMemPoolSetAttribute, 11020)      \
   X(cuMemPoolGetAttribute, 11020)      \
   X(cuMemPoolTrimTo, 11020)            \
+  X(cuMemPoolCreate, 11020)            \
+  X(cuMemPoolDestroy, 11020)           \
   X(cuMemAlloc, 3020)                  \
   X(cuMemFree, 3020)                   \
   X(cuMemHostAlloc, 2020)              \

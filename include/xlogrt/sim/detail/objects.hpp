@@ -43,10 +43,12 @@ struct Context {
   std::uint64_t generation = 0;
 };
 
-/// A device's default memory pool.
+/// A device's memory pool: its default one, or one made by mempool_create (every pool
+/// of a device allocates from the device's one arena).
 struct Pool {
   Device* device = nullptr;
   std::uint64_t release_threshold = 0;
+  bool destroyed = false;  // a created pool after mempool_destroy (kept: handles stay unique)
 };
 
 struct Kernel {
@@ -107,6 +109,7 @@ struct Device {
   DeviceMemory mem;
   Context ctx;
   Pool pool;
+  std::deque<Pool> created_pools;  // mempool_create's, in a deque so that handles stay put
   Stream* legacy = nullptr;
 };
 
@@ -148,6 +151,8 @@ enum class Call : std::uint8_t {
   stream_write_value32,
   launch_host_func,
   launch_kernel,
+  mempool_create,
+  mempool_destroy,
   count_,
 };
 
@@ -191,6 +196,8 @@ inline constexpr std::array<std::string_view, call_count> call_names = {
     "cuStreamWriteValue32",
     "cuLaunchHostFunc",
     "cuLaunchKernel",
+    "cuMemPoolCreate",
+    "cuMemPoolDestroy",
 };
 
 constexpr std::string_view call_name(Call c) noexcept {
