@@ -38,6 +38,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The installed package, not the source beside this script (which has no C library).
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
 
+
+
+def numpy_for_numba():
+    """numba-cuda releases that still name np.row_stack, which NumPy 2.4 removed, fail to
+    compile any kernel, with any allocator; np.vstack is what it named. A shim for the
+    framework under test, not for xlogrt (the GPU machine's numba-cuda needs it)."""
+    import numpy as np
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+
+
 BENCH_SIZES = [256, 64 << 10, 1 << 20, 64 << 20]
 LOG_SIZES = [5 << 10, 3 << 17, 7 << 20]  # whole size classes of the caching layer
 failures = []
@@ -99,6 +110,7 @@ def cupy_pipeline(mode):
 def cupy_budget(mode):
     import cupy
     import xlogrt_cupy
+    numpy_for_numba()
     from numba import cuda
     from numba.cuda.cudadrv.driver import CudaAPIError
     xlogrt_cupy.install()
@@ -133,6 +145,7 @@ def cupy_log(mode):
 
 def numba_kernels(mode):
     import numpy as np
+    numpy_for_numba()
     from numba import cuda
 
     @cuda.jit
@@ -178,6 +191,7 @@ def together(mode):
     xlogrt_torch.install()  # torch first: the hooks need the pluggable allocator as torch's current one
     import cupy
     import xlogrt_cupy
+    numpy_for_numba()
     from numba import cuda
     xlogrt_cupy.install()
     n = 1 << 20
