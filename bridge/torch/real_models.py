@@ -8,8 +8,8 @@ bench_footprint.py, which watch the device's memory from outside the process.
 allocators: native (torch's caching allocator), expandable (the same with
 expandable_segments), torch-async (torch's cudaMallocAsync backend), xlogrt (the bridge,
 from the installed xlogrt_torch package, or --build BUILD), xlogrt-nocache (the same with
-XLOGRT_CACHE=0), xlogrt-256k and xlogrt-64k (the cache for blocks up to that size only), xlogrt-onepool
-(the cache's blocks in the default pool, XLOGRT_CACHE=small_pool_bytes=0).
+XLOGRT_CACHE=0), xlogrt-256k and xlogrt-64k (the cache for blocks up to that size only), xlogrt-smallpool
+(blocks up to 1 MiB from a pool of their own, XLOGRT_CACHE=small_pool_bytes=1M).
 torch reads PYTORCH_CUDA_ALLOC_CONF and xlogrt XLOGRT_CACHE from the
 environment: the caller sets them (allocator_env below).
 cases:
@@ -43,7 +43,7 @@ ALLOCATOR_ENV = {
     "xlogrt-nocache": {"XLOGRT_CACHE": "0"},
     "xlogrt-256k": {"XLOGRT_CACHE": "max_block_bytes=256K"},
     "xlogrt-64k": {"XLOGRT_CACHE": "max_block_bytes=64K"},
-    "xlogrt-onepool": {"XLOGRT_CACHE": "small_pool_bytes=0"},
+    "xlogrt-smallpool": {"XLOGRT_CACHE": "small_pool_bytes=1M"},
 }
 
 

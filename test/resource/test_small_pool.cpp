@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // AsyncCudaOptions::small_pool_bytes: small requests from a pool of their own, the rest
-// from the device's default pool; the default stack puts the blocks its cache may keep
-// there. On SimDriver.
+// from the device's default pool; the default stack's XLOGRT_CACHE=small_pool_bytes.
+// On SimDriver.
 
 #include <catch2/catch.hpp>
 
@@ -59,8 +59,7 @@ TEST_CASE("without small_pool_bytes there is one pool; a failed pool creation fa
   CHECK(refused.error().driver_status() == status::out_of_memory);
 }
 
-TEST_CASE("the default stack keeps its cache's blocks in the small pool; XLOGRT_CACHE=0 or small_pool_bytes=0: one pool",
-          "[small_pool]") {
+TEST_CASE("the default stack has one pool unless XLOGRT_CACHE names small_pool_bytes", "[small_pool]") {
   const auto split = [](const char* cache) {
     SimDriver sim;
     auto streams = pool_of(sim);
@@ -75,8 +74,8 @@ TEST_CASE("the default stack keeps its cache's blocks in the small pool; XLOGRT_
     const auto& base = find_layer<Budget>(*stack)->upstream();
     return base.small_pool() != base.pool();
   };
-  CHECK(split(nullptr));
-  CHECK(split("on,max_block_bytes=64K"));
-  CHECK_FALSE(split("0"));
+  CHECK_FALSE(split(nullptr));
   CHECK_FALSE(split("on,small_pool_bytes=0"));
+  CHECK(split("on,small_pool_bytes=1M"));
+  CHECK(split("0,small_pool_bytes=64K"));
 }

@@ -17,8 +17,7 @@
 //                        CachedOptions' sizes (see cached.hpp), SIZE as for the budget:
 //                        max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes,
 //                        depot_bytes; and small_pool_bytes, the default stack's
-//                        AsyncCudaOptions::small_pool_bytes (default: max_block_bytes
-//                        with the cache on, 0 with it off). E.g.
+//                        AsyncCudaOptions::small_pool_bytes (default 0: one pool). E.g.
 //                        XLOGRT_CACHE=on,depot_bytes=4G,thread_bytes=256M.
 //                        A later item overrides an earlier one. A size of 0 is refused,
 //                        except thread_block_bytes=0, which CachedOptions defines (no
@@ -55,7 +54,7 @@ struct EnvConfig {
   struct CacheSizes {
     std::optional<std::size_t> max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, depot_bytes;
     /// Not a CachedOptions size: AsyncCudaOptions::small_pool_bytes of the default stack
-    /// (unset: max_block_bytes while the cache is on, else 0).
+    /// (unset: 0, one pool).
     std::optional<std::size_t> small_pool_bytes;
   } cache_sizes;
 };

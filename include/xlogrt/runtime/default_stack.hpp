@@ -34,9 +34,9 @@ namespace xlogrt {
 ///   charging every byte the stack holds, cached ones included;
 /// - AsyncCuda: stream-ordered allocation from the device's pool with cross-stream use
 ///   tracking, its release threshold at the maximum (the pool keeps what the cache gives
-///   back, as RMM's and PyTorch's caching allocators keep theirs); with the cache on, the
-///   blocks the cache may keep (up to max_block_bytes) from a second pool of their own
-///   (XLOGRT_CACHE=small_pool_bytes=SIZE sets the line, 0 one pool for all).
+///   back, as RMM's and PyTorch's caching allocators keep theirs); one pool for all
+///   sizes unless XLOGRT_CACHE=small_pool_bytes=SIZE puts requests up to SIZE in a
+///   second pool of their own.
 template <Driver D>
 using DefaultStackOn = Statistics<Logging<Cached<Budget<AsyncCuda<D>>>, FileSink>>;
 
@@ -63,10 +63,11 @@ struct StackBuilder<DefaultStackOn<D>> {
     cache.thread_bytes = sizes.thread_bytes.value_or(cache.thread_bytes);
     cache.depot_bytes = sizes.depot_bytes.value_or(cache.depot_bytes);
     AsyncCudaOptions pools;
-    // The blocks the cache may keep come from a pool of their own, where they split no
-    // free range of the large blocks' pool (AsyncCudaOptions::small_pool_bytes).
+    // XLOGRT_CACHE=small_pool_bytes=SIZE: the blocks the cache may keep from a pool of
+    // their own, where they split no free range of the large blocks' pool. Off by default
+    // until measured on real models (design notes, "The caching layer's memory").
     if constexpr (requires(D& d, typename D::device_t dev) { d.mempool_create(dev); }) {
-      pools.small_pool_bytes = sizes.small_pool_bytes.value_or(cache.enabled ? cache.max_block_bytes : 0);
+      pools.small_pool_bytes = sizes.small_pool_bytes.value_or(0);
     }
     auto base = AsyncCuda<D>::create(streams, pools);
     if (!base) return std::move(base).error();
