@@ -20,11 +20,22 @@
 # ../shared/third_party: CCCL 3.4, RMM 26.06) and .deps/catch2/catch2/catch.hpp (Catch2
 # v2, which test/ needs to configure).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 root=$PWD
 out=${OUT:-$root/build-gpu/out}
 mkdir -p "$out"
 if command -v meson >/dev/null; then meson=(meson); else meson=(python3 -m mesonbuild.mesonmain); fi
+
+# The package as a user installs it, into build-gpu/site ($site), which the runs put on
+# PYTHONPATH.
+site=$root/build-gpu/site
+pip_install_site() {
+  rm -rf "$site"; mkdir -p "$site"
+  local start; start=$(date +%s)
+  python3 -m pip install --no-build-isolation --no-deps --no-index --target "$site" ./bridge/torch >"$out/pip.log" 2>&1 ||
+    { tail -40 "$out/pip.log"; exit 1; }
+  echo "pip install --target build-gpu/site ./bridge/torch: $(( $(date +%s) - start )) s"
+}
 
 case ${1:-} in
   prepare)
@@ -66,12 +77,7 @@ case ${1:-} in
     exit $fail
     ;;
   real)
-    site=$root/build-gpu/site
-    rm -rf "$site"; mkdir -p "$site"
-    start=$(date +%s)
-    python3 -m pip install --no-build-isolation --no-deps --no-index --target "$site" ./bridge/torch >"$out/pip.log" 2>&1 ||
-      { tail -40 "$out/pip.log"; exit 1; }
-    echo "pip install --target build-gpu/site ./bridge/torch: $(( $(date +%s) - start )) s"
+    pip_install_site
     fail=0
     PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} python3 bridge/torch/test_torch_bridge.py --out "$out" 2>&1 |
       tee "$out/test_torch_bridge.log"
@@ -82,10 +88,7 @@ case ${1:-} in
     exit $fail
     ;;
   frameworks)
-    site=$root/build-gpu/site
-    rm -rf "$site"; mkdir -p "$site"
-    python3 -m pip install --no-build-isolation --no-deps --no-index --target "$site" ./bridge/torch >"$out/pip.log" 2>&1 ||
-      { tail -40 "$out/pip.log"; exit 1; }
+    pip_install_site
     PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} python3 bridge/torch/test_frameworks.py --out "$out" 2>&1 |
       tee "$out/test_frameworks.log"
     exit "${PIPESTATUS[0]}"

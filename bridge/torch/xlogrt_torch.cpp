@@ -91,6 +91,18 @@ std::array<CUmemoryPool, 2> pools(Runtime& rt) {
   return {base.pool(), base.small_pool() != base.pool() ? base.small_pool() : nullptr};
 }
 
+/// Statistics' counters of a tag or of all tags into the first fields of `out`.
+void copy_counters(const xlogrt::AllocationCounters& c, xlogrt_torch_stats* out) {
+  out->current_bytes = c.current_bytes;
+  out->peak_bytes = c.peak_bytes;
+  out->total_bytes = c.total_bytes;
+  out->freed_bytes = c.freed_bytes;
+  out->current_count = c.current_count;
+  out->allocations = c.allocations;
+  out->frees = c.frees;
+  out->failed = c.failed;
+}
+
 /// The stack's budget error, with the variable that sets the budget named.
 std::string failure_message(const xlogrt::error& e) {
   std::string m = "xlogrt: " + e.what();
@@ -185,15 +197,7 @@ int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
   auto& budget = *xlogrt::find_layer<xlogrt::Budget>(rt.stack());
   (void)budget.poll_pending();  // figures of frees the device has reached, without waiting
   *out = {};
-  const auto c = xlogrt::find_layer<xlogrt::Statistics>(rt.stack())->snapshot().total;
-  out->current_bytes = c.current_bytes;
-  out->peak_bytes = c.peak_bytes;
-  out->total_bytes = c.total_bytes;
-  out->freed_bytes = c.freed_bytes;
-  out->current_count = c.current_count;
-  out->allocations = c.allocations;
-  out->frees = c.frees;
-  out->failed = c.failed;
+  copy_counters(xlogrt::find_layer<xlogrt::Statistics>(rt.stack())->snapshot().total, out);
   out->bytes_outstanding = rt.bytes_outstanding();
   const auto cache = xlogrt::find_layer<xlogrt::Cached>(rt.stack())->stats();
   out->cached_bytes = cache.cached_bytes;
@@ -220,20 +224,8 @@ int xlogrt_torch_get_tag_stats(int device, uint32_t tag, xlogrt_torch_stats* out
            -1;
   }
   if (xlogrt_torch_get_stats(device, out) != 0) return -1;
-  const auto c = xlogrt::find_layer<xlogrt::Statistics>(g_resources[static_cast<std::size_t>(device)]
-                                                            .load(std::memory_order_acquire)
-                                                            ->runtime()
-                                                            .stack())
-                     ->snapshot()
-                     .of(xlogrt::AllocTag{tag});
-  out->current_bytes = c.current_bytes;
-  out->peak_bytes = c.peak_bytes;
-  out->total_bytes = c.total_bytes;
-  out->freed_bytes = c.freed_bytes;
-  out->current_count = c.current_count;
-  out->allocations = c.allocations;
-  out->frees = c.frees;
-  out->failed = c.failed;
+  Resource* r = g_resources[static_cast<std::size_t>(device)].load(std::memory_order_acquire);
+  copy_counters(xlogrt::find_layer<xlogrt::Statistics>(r->runtime().stack())->snapshot().of(xlogrt::AllocTag{tag}), out);
   return 0;
 }
 
