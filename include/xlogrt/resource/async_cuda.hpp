@@ -307,7 +307,7 @@ class AsyncCuda {
   /// The pools blocks come from: the device's default one, and the pool of the blocks of
   /// up to small_pool_bytes (the default one again when there is none).
   typename D::mempool_t pool() const noexcept { return pool_; }
-  typename D::mempool_t small_pool() const noexcept { return small_max_ != 0 ? small_pool_ : pool_; }
+  typename D::mempool_t small_pool() const noexcept { return small_pool_; }
 
   // ---- tracking -------------------------------------------------------------------
 
@@ -485,9 +485,6 @@ class AsyncCuda {
   /// with a plain load and store, no read-modify-write), the last shared by the rest.
   static constexpr std::uint32_t OWNED_ROWS = 31;
 
-  /// A stream's queued frees are two monotonic byte counts: queued (the sum of the rows,
-  /// raised by deallocate) and retired (raised by reap_pending to a queued sum it read
-  /// before synchronising).
   /// poll_pending's look at one stream: an event recorded after the frees queued up to `at`.
   struct Mark {
     event_t event{};
@@ -496,6 +493,9 @@ class AsyncCuda {
     bool armed = false;
   };
 
+  /// A stream's queued frees are two monotonic byte counts: queued (the sum of the rows,
+  /// raised by deallocate) and retired (raised by reap_pending or poll_pending to a queued
+  /// sum it read before seeing the stream reach it).
   struct State {
     explicit State(std::shared_ptr<Device<D>> dev) : device(dev), events(std::move(dev)) {}
     State(const State&) = delete;
@@ -536,6 +536,7 @@ class AsyncCuda {
       : streams_(std::move(streams)),
         state_(std::make_unique<State>(streams_->device())),
         pool_(streams_->device()->mempool()),
+        small_pool_(pool_),
         device_bytes_(streams_->device()->info().total_bytes),
         ordinal_(streams_->device()->ordinal()) {}
 
@@ -765,8 +766,8 @@ class AsyncCuda {
   // Fixed for the device's life and read by every allocate and deallocate: copies here
   // keep those on this object's line instead of the device's.
   typename D::mempool_t pool_{};
-  typename D::mempool_t small_pool_{};
-  std::size_t small_max_ = 0;  // 0: no small pool (no request has 0 bytes)
+  typename D::mempool_t small_pool_{};  // pool_ when there is no small pool
+  std::size_t small_max_ = 0;           // 0: none (no request has 0 bytes)
   std::size_t device_bytes_ = 0;
   std::uint32_t ordinal_ = 0;
 };

@@ -402,10 +402,7 @@ class Budget : public Adaptor<Upstream> {
     auto r = upstream().deallocate(std::move(block));
     if (was_live && block.empty()) {
       if constexpr (SynchronousFree<Upstream>) {
-        if (slot_ != nullptr) {
-          slot_->credit(stripe(), static_cast<std::int64_t>(n));
-          charged_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_sub(n, std::memory_order_relaxed);
-        }
+        give_back(n);
       } else {
         pending_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_add(n, std::memory_order_release);
         settle();  // the upstream may have retired frees while queuing this one
@@ -436,18 +433,10 @@ class Budget : public Adaptor<Upstream> {
       if (taken != 0) pending_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_add(taken, std::memory_order_relaxed);
       return r;
     }
-    if (taken != 0 && slot_ != nullptr) {
-      slot_->credit(stripe(), static_cast<std::int64_t>(taken));
-      charged_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_sub(taken, std::memory_order_relaxed);
-    }
-    if constexpr (RetiringResource<Upstream>) {
-      // Every retirement so far is covered by the credit above (or stays pending for the
-      // next reap): settle must not credit it again.
-      const std::uint64_t now = upstream().retired_bytes();
-      std::uint64_t seen = seen_retired_.load(std::memory_order_relaxed);
-      while (seen < now && !seen_retired_.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
-      }
-    }
+    give_back(taken);
+    // Every retirement so far is covered by the credit above (or stays pending for the
+    // next reap): settle must not credit it again.
+    if constexpr (RetiringResource<Upstream>) (void)see_retired(upstream().retired_bytes());
     return ok();
   }
 
@@ -491,12 +480,8 @@ class Budget : public Adaptor<Upstream> {
   /// the upstream retired.
   void settle() noexcept {
     if constexpr (RetiringResource<Upstream>) {
-      const std::uint64_t now = upstream().retired_bytes();
-      std::uint64_t seen = seen_retired_.load(std::memory_order_relaxed);
-      do {
-        if (now <= seen) return;
-      } while (!seen_retired_.compare_exchange_weak(seen, now, std::memory_order_relaxed));
-      std::size_t want = static_cast<std::size_t>(now - seen);
+      std::size_t want = static_cast<std::size_t>(see_retired(upstream().retired_bytes()));
+      if (want == 0) return;
       std::size_t taken = 0;
       for (auto& p : pending_) {
         std::size_t v = p.v.load(std::memory_order_relaxed);
@@ -510,11 +495,24 @@ class Budget : public Adaptor<Upstream> {
         }
         if (want == 0) break;
       }
-      if (taken != 0 && slot_ != nullptr) {
-        slot_->credit(stripe(), static_cast<std::int64_t>(taken));
-        charged_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_sub(taken, std::memory_order_relaxed);
-      }
+      give_back(taken);
     }
+  }
+
+  /// Raises seen_retired_ to `now`; returns by how much (0 when it was there already).
+  std::uint64_t see_retired(std::uint64_t now) noexcept {
+    std::uint64_t seen = seen_retired_.load(std::memory_order_relaxed);
+    do {
+      if (now <= seen) return 0;
+    } while (!seen_retired_.compare_exchange_weak(seen, now, std::memory_order_relaxed));
+    return now - seen;
+  }
+
+  /// Returns `n` bytes this stack had charged to the ordinal's budget.
+  void give_back(std::size_t n) noexcept {
+    if (n == 0 || slot_ == nullptr) return;
+    slot_->credit(stripe(), static_cast<std::int64_t>(n));
+    charged_[detail::thread_stripe(PENDING_STRIPES)].v.fetch_sub(n, std::memory_order_relaxed);
   }
 
   bool charge(detail::BudgetStripe& st, std::size_t n) noexcept {

@@ -65,10 +65,9 @@ struct StackBuilder<DefaultStackOn<D>> {
     AsyncCudaOptions pools;
     // XLOGRT_CACHE=small_pool_bytes=SIZE: the blocks the cache may keep from a pool of
     // their own, where they split no free range of the large blocks' pool. Off by default
-    // until measured on real models (design notes, "The caching layer's memory").
-    if constexpr (requires(D& d, typename D::device_t dev) { d.mempool_create(dev); }) {
-      pools.small_pool_bytes = sizes.small_pool_bytes.value_or(0);
-    }
+    // until measured on real models (design notes, "The caching layer's memory"); a
+    // driver that cannot create pools refuses it by name (AsyncCuda::create).
+    pools.small_pool_bytes = sizes.small_pool_bytes.value_or(0);
     auto base = AsyncCuda<D>::create(streams, pools);
     if (!base) return std::move(base).error();
     FileSink sink;
