@@ -3,7 +3,7 @@
 # Runs alloc_pair's stream-ordered tables (--async-only --no-threads) in N processes and
 # prints AsyncCuda's paired ratio per process and size, then the median and range over
 # all of them. One process's address layout moves that ratio by about a point, and the
-# raw pair by up to 2x (bench/README.md, the log), so a single run says little about a
+# raw pair by up to 2x (bench/HISTORY.md, 2026-11-30), so a single run says little about a
 # build, and two builds compare well only over several runs each.
 # It builds alloc_pair optimised, without assertions, in build-release/ (build/ is the
 # README's build, whose benchmarks keep assertions and -O2, which add to the wrapper's side).

@@ -650,7 +650,7 @@ double reactor_throughput(Rig<D>& rig, Reactor<D>& r, std::uint64_t total, unsig
 /// The reactor's throughput against raw flag polling, `reps` short runs of each,
 /// alternating (which goes first alternates too), each reactor run compared with the
 /// raw run beside it: the host's rate moves between runs, so only many short pairs give
-/// a steady median (bench/README.md has the figures).
+/// a steady median (bench/HISTORY.md has the runs).
 /// Both loops run on one core, THROUGHPUT_CORE: the scanner inherits it from the
 /// thread that creates the reactor, and the raw loop runs on that thread, pinned there
 /// again for each raw run (while the reactor runs, the thread waits on the next core).

@@ -20,7 +20,7 @@
 #               host threads do) and synccheck (its barriers); initcheck with the layer off,
 #               on 1 thread and 2 streams (with more, initcheck reports reads of blocks
 #               whose checks come out right and breaks the driver's stream order: see
-#               bench/README.md);
+#               bench/HISTORY.md);
 #               and, not counted in the exit status, memcheck with the layer's NVTX marks
 #               (XLOGRT_CACHE=nvtx): the marks are host calls, so a block may be marked
 #               cached while the kernel enqueued before its free still runs, and whether

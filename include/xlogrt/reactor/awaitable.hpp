@@ -14,7 +14,7 @@
 // The awaiter is its own waiter node: co_await allocates nothing. The coroutine's frame
 // is the caller's: one started per wait and finished on the scanner is malloc'd on one
 // thread and freed on another, which costs more than the wait itself at the tail (see
-// bench/README.md, the reactor); give such frames a pool, or loop over waits in one
+// bench/HISTORY.md, the reactor); give such frames a pool, or loop over waits in one
 // coroutine.
 
 #include <concepts>

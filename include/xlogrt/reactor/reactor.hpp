@@ -16,7 +16,7 @@
 // counted as a fallback. Either way the waiter is completed on the scanner thread.
 // One more cost of the fallback: CUDA queues only a few dozen host functions interleaved
 // with device work behind one that has not run, and the next enqueue on that stream then
-// blocks until the stream moves (bench/README.md has the observation). Size `slots` for
+// blocks until the stream moves (bench/HISTORY.md has the observation). Size `slots` for
 // the waits an engine keeps in flight, so that the fallback stays rare.
 // mark() arms one such completion and returns a StreamPoint that any number of waiters
 // attach to, lock-free; the one completion then serves them all (point.hpp).

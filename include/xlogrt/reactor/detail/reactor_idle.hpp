@@ -15,7 +15,7 @@
 //
 // Polling is done in passes of one pause and a scan, with the clock read once per
 // SPIN_PASSES passes: on some hosts a clock read is a good part of a pass's cost
-// (bench/README.md), and a flag is noticed only between passes anyway.
+// (bench/HISTORY.md, the reactor), and a flag is noticed only between passes anyway.
 
 #include <algorithm>
 #include <chrono>
