@@ -63,6 +63,7 @@ import copy
 import gc
 import json
 import os
+import queue
 import re
 import statistics
 import subprocess
@@ -649,8 +650,29 @@ def run_child(args, allocator, case, rnd, base_env, logs):
             except (BrokenPipeError, OSError):
                 pass
 
+        # stdout is read on a thread of its own, so that the loop ends a few seconds after
+        # the case process does even when a process it started holds the pipe open.
+        lines = queue.Queue()
+
+        def pump():
+            for text in iter(p.stdout.readline, ""):
+                lines.put(text)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        exited_at = None
         try:
-            for line in iter(p.stdout.readline, ""):
+            while True:
+                try:
+                    line = lines.get(timeout=0.5)
+                except queue.Empty:
+                    if p.poll() is not None:
+                        exited_at = exited_at or time.monotonic()
+                        if time.monotonic() - exited_at > 5:
+                            break
+                    continue
+                if line is None:
+                    break
                 line = line.rstrip("\n")
                 if line == "READY":
                     watch = Watch(args.device)
@@ -672,6 +694,9 @@ def run_child(args, allocator, case, rnd, base_env, logs):
         rec = {"case": case, "status": "SKIP", "figures": {}, "detail": "no CUDA device"}
     elif recs:
         rec = recs[0]
+        if rc != (0 if rec["status"] in (PASS, LIMITATION) else 1):  # e.g. a crash at the process's exit
+            rec["detail"] = "; ".join(x for x in (rec["detail"], f"the process exited {rc} after its result") if x)
+            rec["status"] = FAIL
     else:
         with open(stderr_path) as f:
             tail = " | ".join(f.read().strip().splitlines()[-4:])
@@ -710,7 +735,10 @@ def compare_mode(args):
     out = args.out or os.environ.get("OUT", ".")
     logs = os.path.join(out, "cuda_graphs_logs")
     os.makedirs(logs, exist_ok=True)
-    base_env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # Inductor compiles in the case process itself: a pool of compile workers would inherit
+    # its stdout and could hold the pipe this process reads to its end open after the case
+    # process has exited.
+    base_env = dict(os.environ, PYTHONUNBUFFERED="1", TORCHINDUCTOR_COMPILE_THREADS="1")
     for k in ("PYTORCH_CUDA_ALLOC_CONF", "XLOGRT_CACHE", "XLOGRT_BUDGET_BYTES", "XLOGRT_LOG_FILE"):
         base_env.pop(k, None)
     runs = {a: {c: [] for c in cases} for a in allocators}
