@@ -149,7 +149,7 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   auto made = DeviceRuntime<DefaultStackOn<D>>::create(*streams, std::move(*stack));
   if (!made) return std::printf("runtime: %s\n", made.error().what().c_str()), 1;
   auto& rt = *made;
-  auto& rt_cache = rt.stack().upstream().upstream();
+  auto& rt_cache = *find_layer<Cached>(rt.stack());
   Raw<D> raw{drv};
   auto pool = (*dev)->mempool();
   (void)(*dev)->make_current();

@@ -56,9 +56,9 @@ void print_stack(const Runtime& rt, const char* driver_type) {
   using D = typename Runtime::driver_type;
   static_assert(std::is_same_v<typename Runtime::stack_type, DefaultStackOn<D>>,
                 "the tour describes the default stack: update print_stack with the stack");
-  const auto& logging = rt.stack().upstream();
-  const auto& cache = logging.upstream();
-  std::printf("  stack: Statistics<Logging<Cached<Budget<AsyncCuda<%s>>>, FileSink>>\n"
+  const auto& logging = *find_layer<Logging>(rt.stack());
+  const auto& cache = *find_layer<Cached>(rt.stack());
+  std::printf("  stack: Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda<%s>>>, FileSink>>>\n"
               "         (DefaultStack%s: outermost first; it tracks cross-stream uses)\n",
               driver_type, std::is_same_v<D, CudaDriver> ? "" : "On<SimDriver>, the default stack on the simulator");
   const auto budget = device_budget(rt.device_ordinal());
@@ -238,7 +238,7 @@ int tour(Runtime& rt, const char* where, const char* driver_type, const char* sn
   std::printf("    outstanding after the run: %s (queued frees), after reap_pending: %s\n", size(queued).c_str(),
               size(reaped ? rt.bytes_outstanding() : queued).c_str());
   print_statistics(rt.stack());
-  print_cache(rt.stack().upstream().upstream());
+  print_cache(*find_layer<Cached>(rt.stack()));
   auto zero = rt.allocate(0);
   std::printf("  a zero-byte request: %s\n",
               zero ? "accepted (a bug)" : ("refused, as bad input is: " + zero.error().what()).c_str());

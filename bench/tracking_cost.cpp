@@ -52,7 +52,7 @@ namespace {
   X(mempool_set_release_threshold) X(mem_alloc_async) X(mem_free_async) X(mem_alloc) X(mem_free)       \
   X(mem_host_alloc_mapped) X(mem_host_device_pointer) X(mem_host_free) X(memset_d8_async)              \
   X(memcpy_htod_async) X(memcpy_dtoh_async) X(memcpy_dtod_async) X(stream_write_value32)               \
-  X(launch_host_func)
+  X(launch_host_func) X(stream_capture_info) X(exchange_capture_mode) X(ctx_synchronize)
 
 enum class Call : std::size_t {
 #define XLOGRT_BENCH_ENUM(name) name,

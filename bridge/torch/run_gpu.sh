@@ -3,7 +3,7 @@
 # The bridges' GPU runs, for a machine with a GPU, torch, nvcc and no network:
 #   bridge/torch/run_gpu.sh prepare            (here, where ../shared and Catch2 are)
 #   bridge/torch/run_gpu.sh build|tests|real|bench  (on the GPU machine, with .deps/ carried)
-#   bridge/torch/run_gpu.sh frameworks              (on the GPU machine; needs no build or .deps/)
+#   bridge/torch/run_gpu.sh frameworks|graphs       (on the GPU machine; need no build or .deps/)
 # prepare: copies ../shared/third_party and /usr/include/catch2 into .deps/ (ignored by
 #        git, about 7 MB), which the GPU machine needs and cannot reach;
 # build: configures build-gpu/ with the GPU programs, the torch bridge and the benchmarks,
@@ -15,6 +15,9 @@
 #       cases (test_torch_bridge.py) and real models (test_real_models.py) through it.
 # frameworks: pip installs the package into build-gpu/site, then CuPy, Numba and the three
 #       frameworks in one process through it (test_frameworks.py).
+# graphs: pip installs the package into build-gpu/site, then CUDA graphs (torch.cuda.graph,
+#       a shared pool, make_graphed_callables, torch.compile reduce-overhead) through torch's
+#       allocator and through xlogrt, alternating processes (test_cuda_graphs.py --compare).
 # Outputs go to $OUT (default: build-gpu/out); JOBS=N limits the build's parallel jobs.
 # Third-party trees are looked up in .deps/: .deps/third_party (a copy of
 # ../shared/third_party: CCCL 3.4, RMM 26.06) and .deps/catch2/catch2/catch.hpp (Catch2
@@ -93,11 +96,17 @@ case ${1:-} in
       tee "$out/test_frameworks.log"
     exit "${PIPESTATUS[0]}"
     ;;
+  graphs)
+    pip_install_site
+    PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} python3 bridge/torch/test_cuda_graphs.py --compare --rounds 2 \
+      --out "$out" 2>&1 | tee "$out/test_cuda_graphs.log"
+    exit "${PIPESTATUS[0]}"
+    ;;
   bench)
     python3 bridge/torch/bench_allocators.py --build build-gpu --rounds "${ROUNDS:-5}" --out "$out" 2>&1 |
       tee "$out/bench_allocators.log"
     exit "${PIPESTATUS[0]}"
     ;;
   *)
-    echo "usage: bridge/torch/run_gpu.sh prepare|build|tests|real|frameworks|bench"; exit 2 ;;
+    echo "usage: bridge/torch/run_gpu.sh prepare|build|tests|real|frameworks|graphs|bench"; exit 2 ;;
 esac

@@ -33,6 +33,7 @@
 #include <xlogrt/resource/budget.hpp>
 #include <xlogrt/resource/cached.hpp>
 #include <xlogrt/resource/find_layer.hpp>
+#include <xlogrt/resource/graph_pools.hpp>
 #include <xlogrt/resource/nvtx_marks.hpp>  // XLOGRT_CACHE=nvtx works under torch too
 #include <xlogrt/runtime.hpp>
 
@@ -40,6 +41,7 @@ namespace {
 
 using Runtime = xlogrt::DeviceRuntime<xlogrt::DefaultStack>;
 using Resource = xlogrt::PointerResource<xlogrt::DefaultStack>;
+using Filter = xlogrt::GraphPools<xlogrt::DefaultStack::upstream_type>::Filter;
 constexpr std::uint32_t DEVICES = Runtime::MAX_DEVICE_ORDINALS;
 
 /// torch's allocations carry this tag in Statistics and in the log (CuPy's and Numba's
@@ -215,6 +217,42 @@ int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
   out->budget_bytes = usage.limit != std::numeric_limits<std::size_t>::max() ? usage.limit
                                                                             : std::numeric_limits<std::uint64_t>::max();
   out->budget_in_use = usage.in_use;
+  const auto graphs = xlogrt::find_layer<xlogrt::GraphPools>(rt.stack())->graph_stats();
+  out->graph_pool_bytes = graphs.held_bytes;
+  out->graph_pool_live_bytes = graphs.live_bytes;
+  return 0;
+}
+
+int xlogrt_torch_begin_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second,
+                                        xlogrt_torch_stream_filter filter, void* filter_ctx) {
+  Resource* r = resource(device);
+  if (r == nullptr) return -1;
+  auto& layer = *xlogrt::find_layer<xlogrt::GraphPools>(r->runtime().stack());
+  Filter admit;
+  if (filter != nullptr) {
+    admit = [&layer, filter, filter_ctx](xlogrt::StreamId s) {
+      auto h = layer.stream_handle(s);
+      return h && filter(filter_ctx, reinterpret_cast<xlogrt_torch_stream>(*h)) != 0;
+    };
+  }
+  auto done = layer.begin_allocate_to_pool({pool_first, pool_second}, std::move(admit));
+  if (!done) return set_error(done.error().what()), -1;
+  return 0;
+}
+
+int xlogrt_torch_end_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second) {
+  Resource* r = resource(device);
+  if (r == nullptr) return -1;
+  auto done = xlogrt::find_layer<xlogrt::GraphPools>(r->runtime().stack())->end_allocate_to_pool({pool_first, pool_second});
+  if (!done) return set_error(done.error().what()), -1;
+  return 0;
+}
+
+int xlogrt_torch_release_pool(int device, uint64_t pool_first, uint64_t pool_second) {
+  Resource* r = resource(device);
+  if (r == nullptr) return -1;
+  auto done = xlogrt::find_layer<xlogrt::GraphPools>(r->runtime().stack())->release_pool({pool_first, pool_second});
+  if (!done) return set_error(done.error().what()), -1;
   return 0;
 }
 

@@ -88,6 +88,8 @@ typedef struct xlogrt_torch_stats {
   uint64_t alloc_retries;     /* pool failures retried after the cache gave memory back */
   uint64_t budget_bytes;      /* the device's budget; UINT64_MAX: none */
   uint64_t budget_in_use;     /* bytes charged to it */
+  uint64_t graph_pool_bytes;  /* memory the CUDA graph pools hold (part of bytes_outstanding) */
+  uint64_t graph_pool_live_bytes; /* of which tensors hold */
 } xlogrt_torch_stats;
 /* Returns 0, or -1 for a device that has no runtime (and cannot have one). */
 XLOGRT_TORCH_API int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out);
@@ -115,6 +117,19 @@ XLOGRT_TORCH_API int xlogrt_torch_empty_cache(int device);
 XLOGRT_TORCH_API int xlogrt_torch_set_memory_fraction(double fraction, int device);
 /* Flushes the XLOGRT_LOG_FILE log of `device`. Returns 0 or -1. */
 XLOGRT_TORCH_API int xlogrt_torch_flush_log(int device);
+/* CUDA graphs: torch's capture hooks (CUDAPluggableAllocator's begin/end allocate to pool
+ * and release pool), over the device's GraphPools layer. `pool` is torch's MempoolId_t.
+ * begin: until end with the same pool, an allocation on a stream for which
+ * filter(filter_ctx, stream) returns nonzero comes from the graph pool `pool` (filter NULL:
+ * every capturing stream); the caller keeps filter_ctx alive until end returns. release:
+ * one use of the pool ended (a graph destroyed); the pool's memory goes back once every
+ * use has ended. Each returns 0, or -1 (last_error says). */
+typedef int (*xlogrt_torch_stream_filter)(void* filter_ctx, xlogrt_torch_stream stream);
+XLOGRT_TORCH_API int xlogrt_torch_begin_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second,
+                                                         xlogrt_torch_stream_filter filter, void* filter_ctx);
+XLOGRT_TORCH_API int xlogrt_torch_end_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second);
+XLOGRT_TORCH_API int xlogrt_torch_release_pool(int device, uint64_t pool_first, uint64_t pool_second);
+
 /* The message of the last error on the calling thread ("" when none). */
 XLOGRT_TORCH_API const char* xlogrt_torch_last_error(void);
 /* The version of xlogrt this library was built from (meson.build's project version). */

@@ -101,6 +101,15 @@ void after_flag() {
   check_shutting_down(d.memcpy_dtod_async(16, 32, 1, s), "memcpy_dtod_async");
   check_shutting_down(d.stream_write_value32(s, 16, 1), "stream_write_value32");
   check_shutting_down(d.launch_host_func(s, [](void*) {}, nullptr), "launch_host_func");
+  check_shutting_down(d.stream_capture_info(s), "stream_capture_info");
+  check_shutting_down(d.exchange_capture_mode(CaptureMode::relaxed), "exchange_capture_mode");
+  check_shutting_down(d.ctx_synchronize(), "ctx_synchronize");
+  check_shutting_down(d.stream_begin_capture(s, CaptureMode::global), "stream_begin_capture");
+  check_shutting_down(d.stream_end_capture(s), "stream_end_capture");
+  check_shutting_down(d.graph_instantiate(nullptr), "graph_instantiate");
+  check_shutting_down(d.graph_launch(nullptr, s), "graph_launch");
+  check_shutting_down(d.graph_destroy(nullptr), "graph_destroy");
+  check_shutting_down(d.graph_exec_destroy(nullptr), "graph_exec_destroy");
 
   auto free_err = d.mem_free_async(16, s);
   check(!free_err && free_err.error().message().find("cuMemFreeAsync was not called") == 0,

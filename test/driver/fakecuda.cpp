@@ -395,6 +395,71 @@ CUresult CUDAAPI fake_cuModuleGetFunction(CUfunction*, CUmodule, const char*) {
   return enter("cuModuleGetFunction", 2000);
 }
 
+// Stream capture: the fake never captures. Capture info reports no capture; begin and
+// end capture only record (end hands out a fresh graph handle); the capture mode is kept
+// per thread, as the driver keeps it, so an exchange returns what this thread set last.
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+CUresult CUDAAPI fake_cuStreamGetCaptureInfo_v1(CUstream s, CUstreamCaptureStatus* st,
+                                                cuuint64_t* id) {
+  return enter("cuStreamGetCaptureInfo", 10010, u(s), u(st), u(id));
+}
+CUresult CUDAAPI fake_cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus* st,
+                                                cuuint64_t* id, CUgraph* g,
+                                                const CUgraphNode** deps, std::size_t* n) {
+  if (CUresult r = enter("cuStreamGetCaptureInfo", 11030, u(s), u(g), u(deps), u(n));
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  if (st != nullptr) *st = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (id != nullptr) *id = 0;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus* st,
+                                                cuuint64_t* id, CUgraph*, const CUgraphNode**,
+                                                const CUgraphEdgeData**, std::size_t*) {
+  return enter("cuStreamGetCaptureInfo", 12030, u(s), u(st), u(id));
+}
+CUresult CUDAAPI fake_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (CUresult r = enter("cuThreadExchangeStreamCaptureMode", 10010, u(*mode)); r != CUDA_SUCCESS) {
+    return r;
+  }
+  const CUstreamCaptureMode old = t_capture_mode;
+  t_capture_mode = *mode;
+  *mode = old;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_cuCtxSynchronize_v1() { return enter("cuCtxSynchronize", 2000); }
+CUresult CUDAAPI fake_cuCtxSynchronize_v2(CUcontext ctx) {
+  return enter("cuCtxSynchronize", 13000, u(ctx));
+}
+CUresult CUDAAPI fake_cuStreamBeginCapture_v1(CUstream s) {
+  return enter("cuStreamBeginCapture", 10000, u(s));
+}
+CUresult CUDAAPI fake_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  return enter("cuStreamBeginCapture", 10010, u(s), u(mode));
+}
+CUresult CUDAAPI fake_cuStreamEndCapture(CUstream s, CUgraph* g) {
+  if (CUresult r = enter("cuStreamEndCapture", 10000, u(s)); r != CUDA_SUCCESS) return r;
+  *g = reinterpret_cast<CUgraph>(g_next_handle.fetch_add(16));
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_cuGraphInstantiateWithFlags(CUgraphExec* x, CUgraph g,
+                                                  unsigned long long flags) {
+  if (CUresult r = enter("cuGraphInstantiateWithFlags", 11040, u(g), flags); r != CUDA_SUCCESS) {
+    return r;
+  }
+  *x = reinterpret_cast<CUgraphExec>(g_next_handle.fetch_add(16));
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_cuGraphLaunch(CUgraphExec x, CUstream s) {
+  return enter("cuGraphLaunch", 10000, u(x), u(s));
+}
+CUresult CUDAAPI fake_cuGraphDestroy(CUgraph g) { return enter("cuGraphDestroy", 10000, u(g)); }
+CUresult CUDAAPI fake_cuGraphExecDestroy(CUgraphExec x) {
+  return enter("cuGraphExecDestroy", 10000, u(x));
+}
+
 template <class F>
 void* as_void(F f) {
   return std::bit_cast<void*>(f);
@@ -465,6 +530,19 @@ const Entry g_entries[] = {
     {"cuLaunchKernel", 4000, as_void(&fake_cuLaunchKernel)},
     {"cuModuleLoadData", 2000, as_void(&fake_cuModuleLoadData)},
     {"cuModuleGetFunction", 2000, as_void(&fake_cuModuleGetFunction)},
+    {"cuStreamGetCaptureInfo", 10010, as_void(&fake_cuStreamGetCaptureInfo_v1)},
+    {"cuStreamGetCaptureInfo", 11030, as_void(&fake_cuStreamGetCaptureInfo_v2)},
+    {"cuStreamGetCaptureInfo", 12030, as_void(&fake_cuStreamGetCaptureInfo_v3)},
+    {"cuThreadExchangeStreamCaptureMode", 10010, as_void(&fake_cuThreadExchangeStreamCaptureMode)},
+    {"cuCtxSynchronize", 2000, as_void(&fake_cuCtxSynchronize_v1)},
+    {"cuCtxSynchronize", 13000, as_void(&fake_cuCtxSynchronize_v2)},
+    {"cuStreamBeginCapture", 10000, as_void(&fake_cuStreamBeginCapture_v1)},
+    {"cuStreamBeginCapture", 10010, as_void(&fake_cuStreamBeginCapture_v2)},
+    {"cuStreamEndCapture", 10000, as_void(&fake_cuStreamEndCapture)},
+    {"cuGraphInstantiateWithFlags", 11040, as_void(&fake_cuGraphInstantiateWithFlags)},
+    {"cuGraphLaunch", 10000, as_void(&fake_cuGraphLaunch)},
+    {"cuGraphDestroy", 10000, as_void(&fake_cuGraphDestroy)},
+    {"cuGraphExecDestroy", 10000, as_void(&fake_cuGraphExecDestroy)},
 };
 
 }  // namespace

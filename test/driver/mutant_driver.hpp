@@ -150,6 +150,11 @@ class MutantDriver {
   result<void> launch_host_func(stream_t s, HostFn fn, void* arg) noexcept {
     return d_.launch_host_func(s, fn, arg);
   }
+  result<CaptureInfo> stream_capture_info(stream_t s) noexcept { return d_.stream_capture_info(s); }
+  result<CaptureMode> exchange_capture_mode(CaptureMode m) noexcept {
+    return d_.exchange_capture_mode(m);
+  }
+  result<void> ctx_synchronize() noexcept { return d_.ctx_synchronize(); }
   std::string status_name(int s) const { return d_.status_name(s); }
 
  private:

@@ -195,6 +195,13 @@ TEST_CASE("every entry point is resolved at the version of its ABI, legacy strea
       {"cuStreamWriteValue32", 11070},    {"cuLaunchHostFunc", 10000},
       {"cuLaunchKernel", 4000},           {"cuModuleLoadData", 2000},
       {"cuModuleGetFunction", 2000},
+      // Stream capture: _v2 of cuStreamGetCaptureInfo (with the graph, 11030) and of
+      // cuStreamBeginCapture (with the mode, 10010); the context-less cuCtxSynchronize.
+      {"cuStreamGetCaptureInfo", 11030},  {"cuThreadExchangeStreamCaptureMode", 10010},
+      {"cuCtxSynchronize", 2000},         {"cuStreamBeginCapture", 10010},
+      {"cuStreamEndCapture", 10000},      {"cuGraphInstantiateWithFlags", 11040},
+      {"cuGraphLaunch", 10000},           {"cuGraphDestroy", 10000},
+      {"cuGraphExecDestroy", 10000},
   };
   REQUIRE(st.n_requests == static_cast<int>(expected.size()));
   std::map<std::string, int> seen;
@@ -409,6 +416,89 @@ TEST_CASE("each member calls its driver entry point once, with the documented ar
   one_call("cuDevicePrimaryCtxRelease", 11000);
 }
 
+TEST_CASE("the capture members call their entry points with the documented arguments",
+          "[.][wrappers]") {
+  CudaDriver& d = ok_driver();
+  FakeCudaState& st = ok_state();
+  long before = 0;
+  auto mark = [&] { before = st.calls.load(); };
+  auto one_call = [&](const char* symbol, int variant) {
+    CHECK(st.calls.load() - before == 1);
+    CHECK(last_symbol() == symbol);
+    CHECK(st.last_variant == variant);
+  };
+  auto s = d.stream_create();
+  REQUIRE(s);
+  const auto sp = reinterpret_cast<std::uintptr_t>(*s);
+
+  // The fake never captures; the wrapper asks for status and id only.
+  mark();
+  auto info = d.stream_capture_info(*s);
+  REQUIRE(info);
+  one_call("cuStreamGetCaptureInfo", 11030);
+  CHECK(st.last_args[0] == sp);
+  CHECK(st.last_args[1] == 0);  // no graph
+  CHECK(st.last_args[2] == 0);  // no dependencies
+  CHECK(st.last_args[3] == 0);  // no count
+  CHECK(info->status == CaptureStatus::none);
+  CHECK(info->id == 0);
+
+  // The mode is the thread's: each exchange returns the one set before, and another
+  // thread starts from global.
+  mark();
+  auto was = d.exchange_capture_mode(CaptureMode::relaxed);
+  REQUIRE(was);
+  one_call("cuThreadExchangeStreamCaptureMode", 10010);
+  CHECK(st.last_args[0] == CU_STREAM_CAPTURE_MODE_RELAXED);
+  CHECK(*was == CaptureMode::global);
+  CHECK(d.exchange_capture_mode(CaptureMode::per_thread).value() == CaptureMode::relaxed);
+  CHECK(st.last_args[0] == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  std::optional<CaptureMode> other;
+  std::thread([&] { other = d.exchange_capture_mode(CaptureMode::global).value(); }).join();
+  CHECK(other == CaptureMode::global);
+  CHECK(d.exchange_capture_mode(CaptureMode::global).value() == CaptureMode::per_thread);
+
+  mark();
+  REQUIRE(d.ctx_synchronize());
+  one_call("cuCtxSynchronize", 2000);
+
+  mark();
+  REQUIRE(d.stream_begin_capture(*s, CaptureMode::per_thread));
+  one_call("cuStreamBeginCapture", 10010);
+  CHECK(st.last_args[0] == sp);
+  CHECK(st.last_args[1] == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+
+  mark();
+  auto g = d.stream_end_capture(*s);
+  REQUIRE(g);
+  one_call("cuStreamEndCapture", 10000);
+  CHECK(st.last_args[0] == sp);
+  CHECK(*g != nullptr);
+
+  mark();
+  auto x = d.graph_instantiate(*g);
+  REQUIRE(x);
+  one_call("cuGraphInstantiateWithFlags", 11040);
+  CHECK(st.last_args[0] == reinterpret_cast<std::uintptr_t>(*g));
+  CHECK(st.last_args[1] == 0);  // flags
+
+  mark();
+  REQUIRE(d.graph_launch(*x, *s));
+  one_call("cuGraphLaunch", 10000);
+  CHECK(st.last_args[0] == reinterpret_cast<std::uintptr_t>(*x));
+  CHECK(st.last_args[1] == sp);
+
+  mark();
+  REQUIRE(d.graph_exec_destroy(*x));
+  one_call("cuGraphExecDestroy", 10000);
+  CHECK(st.last_args[0] == reinterpret_cast<std::uintptr_t>(*x));
+  mark();
+  REQUIRE(d.graph_destroy(*g));
+  one_call("cuGraphDestroy", 10000);
+  CHECK(st.last_args[0] == reinterpret_cast<std::uintptr_t>(*g));
+  REQUIRE(d.stream_destroy(*s));
+}
+
 TEST_CASE("memory, copies, fills, flag writes and host functions go through in order",
           "[.][wrappers]") {
   CudaDriver& d = ok_driver();
@@ -540,6 +630,17 @@ TEST_CASE("every member reports a failed call by name, with the driver's status 
       {"cuStreamWriteValue32", [&] { return error_of(d.stream_write_value32(s, 1, 1)); }},
       {"cuLaunchHostFunc",
        [&] { return error_of(d.launch_host_func(s, [](void*) {}, nullptr)); }},
+      {"cuStreamGetCaptureInfo", [&] { return error_of(d.stream_capture_info(s)); }},
+      {"cuThreadExchangeStreamCaptureMode",
+       [&] { return error_of(d.exchange_capture_mode(CaptureMode::global)); }},
+      {"cuCtxSynchronize", [&] { return error_of(d.ctx_synchronize()); }},
+      {"cuStreamBeginCapture",
+       [&] { return error_of(d.stream_begin_capture(s, CaptureMode::global)); }},
+      {"cuStreamEndCapture", [&] { return error_of(d.stream_end_capture(s)); }},
+      {"cuGraphInstantiateWithFlags", [&] { return error_of(d.graph_instantiate(nullptr)); }},
+      {"cuGraphLaunch", [&] { return error_of(d.graph_launch(nullptr, s)); }},
+      {"cuGraphDestroy", [&] { return error_of(d.graph_destroy(nullptr)); }},
+      {"cuGraphExecDestroy", [&] { return error_of(d.graph_exec_destroy(nullptr)); }},
   };
   for (const auto& [symbol, call] : calls) {
     INFO(symbol);

@@ -30,7 +30,7 @@ int main() {
   if (!rt.device()->make_current() || uaf::select_device(0) != 0 || uaf::kernels_loadable() != 0) {
     return std::printf("SKIP: the kernels (sm_90) cannot run here\n"), SKIP;
   }
-  auto& cache = rt.stack().upstream().upstream();
+  auto& cache = *find_layer<Cached>(rt.stack());
   std::printf("caching layer %s, NVTX marks %s\n", cache.options().enabled ? "on" : "off",
               cache.options().nvtx_marks ? "on" : "off");
   const StreamId a{0};

@@ -337,7 +337,7 @@ int main(int argc, char** argv) {
               "each after a %u us spin; the next owner allocates on stream %u; %u iterations per variant\n",
               o.bytes, A.value, B.value, uaf::reader_grid, uaf::block_threads, o.passes, o.spin_us, o.again.value,
               o.iterations);
-  auto& cache = rt.stack().upstream().upstream();
+  auto& cache = *find_layer<Cached>(rt.stack());
   std::printf("# caching layer %s\n\n", cache.options().enabled ? "on" : "off (XLOGRT_CACHE=0)");
   std::printf("| variant | iterations | wrong checksums | same address handed back | ms/iteration | cache hits "
               "| cache moves across streams |\n|---|---|---|---|---|---|---|\n");

@@ -36,6 +36,7 @@
 #include <xlogrt/resource/debug_guard.hpp>
 #include <xlogrt/resource/direct_cuda.hpp>
 #include <xlogrt/resource/find_layer.hpp>
+#include <xlogrt/resource/graph_pools.hpp>
 #include <xlogrt/resource/live_blocks.hpp>
 #include <xlogrt/resource/logging.hpp>
 #include <xlogrt/resource/statistics.hpp>
@@ -121,6 +122,9 @@ template <class Up>
 struct Layer<Logging<Up, NullSink>> : Decorator<Logging<Up, NullSink>, Up, Name{"Logging<"}, Name{", NullSink>"}> {};
 template <class Up>
 struct Layer<Logging<Up, FileSink>> : Decorator<Logging<Up, FileSink>, Up, Name{"Logging<"}, Name{", FileSink>"}> {};
+
+template <class Up>
+struct Layer<GraphPools<Up>> : Decorator<GraphPools<Up>, Up, Name{"GraphPools<"}> {};
 
 /// Logging into a ring of 1024 records, which a test can read back.
 template <class Up>
@@ -226,6 +230,7 @@ using AllStacks = std::tuple<
     Entry<Statistics<AsyncCuda<D>>>,
     Entry<Logging<AsyncCuda<D>, RingSink>>,
     Entry<LiveBlocks<AsyncCuda<D>>>,
+    Entry<GraphPools<AsyncCuda<D>>>,
     Entry<DebugGuard<AsyncCuda<D>>>,
     Entry<DebugGuard<DirectCuda<D>>>,
     Entry<Budget<Statistics<Logging<AsyncCuda<D>, NullSink>>>>,

@@ -71,7 +71,8 @@ class _Stats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in (
         "current_bytes", "peak_bytes", "total_bytes", "freed_bytes", "current_count", "allocations", "frees",
         "failed", "bytes_outstanding", "cached_bytes", "pool_reserved", "pool_reserved_peak", "pool_used",
-        "device_allocs", "alloc_retries", "budget_bytes", "budget_in_use")]
+        "device_allocs", "alloc_retries", "budget_bytes", "budget_in_use", "graph_pool_bytes",
+        "graph_pool_live_bytes")]
 
 
 _lib = None        # the loaded libxlogrt_torch, whichever framework loaded it first
@@ -293,7 +294,9 @@ def memory_stats(device=None):
     - num_alloc_retries: pool failures retried after the cache gave memory back;
     - num_ooms: allocations refused; num_device_alloc: requests that reached the pool;
     - xlogrt.held_bytes (live + cached + frees not yet retired), xlogrt.cached_bytes,
-      xlogrt.pool_used_bytes, xlogrt.budget_bytes (None: none), xlogrt.budget_in_use.
+      xlogrt.pool_used_bytes, xlogrt.budget_bytes (None: none), xlogrt.budget_in_use,
+      xlogrt.graph_pool_bytes (what CUDA graph pools hold, in held_bytes) and
+      xlogrt.graph_pool_live_bytes (of which tensors hold).
 
     torch's per-pool splits (small_pool, large_pool), segment and active-block figures
     have no counterpart and are absent."""
@@ -316,6 +319,8 @@ def memory_stats(device=None):
         "xlogrt.pool_used_bytes": s["pool_used"],
         "xlogrt.budget_bytes": s["budget_bytes"],
         "xlogrt.budget_in_use": s["budget_in_use"],
+        "xlogrt.graph_pool_bytes": s["graph_pool_bytes"],
+        "xlogrt.graph_pool_live_bytes": s["graph_pool_live_bytes"],
     }
 
 

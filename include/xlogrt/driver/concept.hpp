@@ -20,11 +20,24 @@
 //   ctx_make_current; callers (Device, StreamPool, resources) make it current first.
 // - once the process has begun to exit (see driver/lifetime.hpp), CudaDriver makes no
 //   driver call and returns errc::shutting_down.
+//
+// Stream capture (CUDA graphs). Every Driver answers whether a stream is capturing
+// (stream_capture_info), lets a thread change its capture interaction mode
+// (exchange_capture_mode) and synchronises its current context (ctx_synchronize): the
+// layers above need the three to stay legal while an application captures a graph
+// through them. Starting and ending a capture, and running the graph, is
+// CapturingDriver's, a refinement that programs and tests which capture through the
+// driver object use. While a stream captures, the work enqueued on it is recorded, not
+// run, and the calls the CUDA driver API calls "potentially unsafe" (synchronous
+// allocation and free, device-wide synchronisation) fail and invalidate the capture
+// unless the calling thread's mode allows them; see cuStreamBeginCapture and
+// cuThreadExchangeStreamCaptureMode.
 
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "xlogrt/core/result.hpp"
 
@@ -48,6 +61,22 @@ struct MemInfo {
 
 /// A host function enqueued on a stream (cuLaunchHostFunc's CUhostFn).
 using HostFn = void (*)(void*);
+
+/// A stream's capture state (cuStreamGetCaptureInfo).
+enum class CaptureStatus : std::uint8_t { none, active, invalidated };
+
+/// What stream_capture_info reports of a stream.
+struct CaptureInfo {
+  CaptureStatus status = CaptureStatus::none;
+  std::uint64_t id = 0;  ///< the capture sequence's process-unique id (0 when none)
+};
+
+/// A thread's capture interaction mode (CUstreamCaptureMode): global, thread_local, relaxed.
+///   global      a potentially unsafe call fails while this thread captures in a
+///               non-relaxed mode, or while any thread captures in global mode;
+///   per_thread  it fails only while this thread captures in a non-relaxed mode;
+///   relaxed     it is never refused for a capture.
+enum class CaptureMode : std::uint8_t { global, per_thread, relaxed };
 
 template <class D>
 concept Driver =
@@ -108,7 +137,39 @@ concept Driver =
       { d.stream_write_value32(s, ptr, u32) } -> std::same_as<result<void>>;
       { d.launch_host_func(s, fn, host) } -> std::same_as<result<void>>;
 
+      // Stream capture, as far as every layer needs it (see the file comment).
+      // cuStreamGetCaptureInfo: legal on a capturing stream, and does not invalidate it.
+      { d.stream_capture_info(s) } -> std::same_as<result<CaptureInfo>>;
+      // cuThreadExchangeStreamCaptureMode: sets the calling thread's mode, returns the old.
+      { d.exchange_capture_mode(CaptureMode{}) } -> std::same_as<result<CaptureMode>>;
+      // cuCtxSynchronize of the calling thread's current context.
+      { d.ctx_synchronize() } -> std::same_as<result<void>>;
+
       { cd.status_name(i) } -> std::convertible_to<std::string>;
+    };
+
+/// A Driver that also captures streams into graphs and runs them, for programs and tests
+/// that capture through the driver object (CudaDriver and SimDriver both are one).
+/// graph_t and graph_exec_t are trivially copyable handles.
+template <class D>
+concept CapturingDriver =
+    Driver<D> && requires(D& d, typename D::stream_t s, typename D::graph_t g,
+                          typename D::graph_exec_t x) {
+      typename D::graph_t;
+      typename D::graph_exec_t;
+      requires std::is_trivially_copyable_v<typename D::graph_t>;
+      requires std::is_trivially_copyable_v<typename D::graph_exec_t>;
+      // cuStreamBeginCapture_v2: `s` records its later work, with the given mode.
+      { d.stream_begin_capture(s, CaptureMode{}) } -> std::same_as<result<void>>;
+      // cuStreamEndCapture: the recorded graph; an invalidated capture ends, and fails
+      // with the driver's status (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).
+      { d.stream_end_capture(s) } -> std::same_as<result<typename D::graph_t>>;
+      // cuGraphInstantiateWithFlags(flags 0).
+      { d.graph_instantiate(g) } -> std::same_as<result<typename D::graph_exec_t>>;
+      // cuGraphLaunch: the graph's work, stream-ordered on `s`.
+      { d.graph_launch(x, s) } -> std::same_as<result<void>>;
+      { d.graph_destroy(g) } -> std::same_as<result<void>>;
+      { d.graph_exec_destroy(x) } -> std::same_as<result<void>>;
     };
 
 }  // namespace xlogrt

@@ -64,6 +64,8 @@ class alignas(64) CudaDriver {
   using stream_t = CUstream;
   using event_t = CUevent;
   using mempool_t = CUmemoryPool;
+  using graph_t = CUgraph;
+  using graph_exec_t = CUgraphExec;
 
   static constexpr const char* kind = "cuda";
 
@@ -516,6 +518,91 @@ class alignas(64) CudaDriver {
     return call("cuLaunchHostFunc", api_.cuLaunchHostFunc_, s, CUhostFn{fn}, data);
   }
 
+  // --- Stream capture and graphs ---------------------------------------------------------
+
+  /// cuStreamGetCaptureInfo (_v2; the graph and its dependencies are not asked for):
+  /// whether `s` is capturing, and the capture's id. Legal on a capturing stream.
+  result<CaptureInfo> stream_capture_info(CUstream s) const noexcept {
+    if (exiting_now()) [[unlikely]] return exiting("cuStreamGetCaptureInfo");
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    if (const CUresult r = api_.cuStreamGetCaptureInfo_(s, &status, &id, nullptr, nullptr, nullptr);
+        r != CUDA_SUCCESS) [[unlikely]] {
+      return failure(r, "cuStreamGetCaptureInfo");
+    }
+    switch (status) {
+      case CU_STREAM_CAPTURE_STATUS_ACTIVE: return CaptureInfo{CaptureStatus::active, id};
+      case CU_STREAM_CAPTURE_STATUS_INVALIDATED: return CaptureInfo{CaptureStatus::invalidated, id};
+      default: return CaptureInfo{};
+    }
+  }
+
+  /// cuThreadExchangeStreamCaptureMode: sets the calling thread's capture interaction
+  /// mode to `mode` and returns the one it replaces. Use it in pairs, restoring the old
+  /// mode afterwards.
+  result<CaptureMode> exchange_capture_mode(CaptureMode mode) const noexcept {
+    if (exiting_now()) [[unlikely]] return exiting("cuThreadExchangeStreamCaptureMode");
+    CUstreamCaptureMode m = to_cu(mode);
+    if (const CUresult r = api_.cuThreadExchangeStreamCaptureMode_(&m); r != CUDA_SUCCESS)
+        [[unlikely]] {
+      return failure(r, "cuThreadExchangeStreamCaptureMode");
+    }
+    switch (m) {
+      case CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: return CaptureMode::per_thread;
+      case CU_STREAM_CAPTURE_MODE_RELAXED: return CaptureMode::relaxed;
+      default: return CaptureMode::global;
+    }
+  }
+
+  /// cuCtxSynchronize: waits for all work of the calling thread's current context.
+  /// Potentially unsafe during a capture (see exchange_capture_mode).
+  result<void> ctx_synchronize() const noexcept {
+    return call("cuCtxSynchronize", api_.cuCtxSynchronize_);
+  }
+
+  /// cuStreamBeginCapture (_v2): the work later enqueued on `s` (and on the streams that
+  /// join it through events) is recorded into a graph instead of running.
+  result<void> stream_begin_capture(CUstream s, CaptureMode mode) const noexcept {
+    return call("cuStreamBeginCapture", api_.cuStreamBeginCapture_, s, to_cu(mode));
+  }
+
+  /// cuStreamEndCapture: the graph recorded since stream_begin_capture(s). A capture
+  /// that was invalidated ends too, and fails (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).
+  result<CUgraph> stream_end_capture(CUstream s) const noexcept {
+    if (exiting_now()) [[unlikely]] return exiting("cuStreamEndCapture");
+    CUgraph g = nullptr;
+    if (const CUresult r = api_.cuStreamEndCapture_(s, &g); r != CUDA_SUCCESS) [[unlikely]] {
+      return failure(r, "cuStreamEndCapture");
+    }
+    return g;
+  }
+
+  /// cuGraphInstantiateWithFlags (flags 0): an executable graph.
+  result<CUgraphExec> graph_instantiate(CUgraph g) const noexcept {
+    if (exiting_now()) [[unlikely]] return exiting("cuGraphInstantiateWithFlags");
+    CUgraphExec x = nullptr;
+    if (const CUresult r = api_.cuGraphInstantiateWithFlags_(&x, g, 0ull); r != CUDA_SUCCESS)
+        [[unlikely]] {
+      return failure(r, "cuGraphInstantiateWithFlags");
+    }
+    return x;
+  }
+
+  /// cuGraphLaunch: the graph's work, ordered after the work already enqueued on `s`.
+  result<void> graph_launch(CUgraphExec x, CUstream s) const noexcept {
+    return call("cuGraphLaunch", api_.cuGraphLaunch_, x, s);
+  }
+
+  /// cuGraphDestroy.
+  result<void> graph_destroy(CUgraph g) const noexcept {
+    return call("cuGraphDestroy", api_.cuGraphDestroy_, g);
+  }
+
+  /// cuGraphExecDestroy.
+  result<void> graph_exec_destroy(CUgraphExec x) const noexcept {
+    return call("cuGraphExecDestroy", api_.cuGraphExecDestroy_, x);
+  }
+
   /// The driver's name of status `s` (cuGetErrorName: "CUDA_ERROR_INVALID_VALUE"); the
   /// names status.hpp knows when the driver does not (or may no longer be) asked; empty
   /// for a status nobody knows.
@@ -537,6 +624,14 @@ class alignas(64) CudaDriver {
   /// beside the hot entries of the table: the global flag was one more line for every
   /// driver call on the hot paths to miss on.
   bool exiting_now() const noexcept { return exiting_.load(std::memory_order_acquire); }
+
+  static constexpr CUstreamCaptureMode to_cu(CaptureMode m) noexcept {
+    switch (m) {
+      case CaptureMode::per_thread: return CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+      case CaptureMode::relaxed: return CU_STREAM_CAPTURE_MODE_RELAXED;
+      default: return CU_STREAM_CAPTURE_MODE_GLOBAL;
+    }
+  }
 
   // One wrapper of a call whose only output is its status.
   template <class Fn, class... Args>
@@ -597,5 +692,6 @@ class alignas(64) CudaDriver {
 };
 
 static_assert(Driver<CudaDriver>);
+static_assert(CapturingDriver<CudaDriver>);
 
 }  // namespace xlogrt

@@ -24,11 +24,22 @@ inline constexpr int no_device = 100;
 inline constexpr int invalid_device = 101;
 inline constexpr int invalid_context = 201;
 inline constexpr int invalid_handle = 400;
+inline constexpr int illegal_state = 401;
 inline constexpr int not_found = 500;
 inline constexpr int not_ready = 600;
 inline constexpr int illegal_address = 700;
 inline constexpr int launch_failed = 719;
 inline constexpr int not_supported = 801;
+// Stream capture (cuStreamBeginCapture .. cuStreamEndCapture).
+inline constexpr int stream_capture_unsupported = 900;  ///< not permitted while capturing
+inline constexpr int stream_capture_invalidated = 901;  ///< the capture broke a rule earlier
+inline constexpr int stream_capture_merge = 902;        ///< would merge two captures
+inline constexpr int stream_capture_unmatched = 903;    ///< capture not begun on this stream
+inline constexpr int stream_capture_unjoined = 904;     ///< a forked stream was not joined
+inline constexpr int stream_capture_isolation = 905;    ///< a dependency crosses the capture
+inline constexpr int stream_capture_implicit = 906;     ///< implicit legacy-stream dependency
+inline constexpr int captured_event = 907;              ///< the event was recorded in a capture
+inline constexpr int stream_capture_wrong_thread = 908; ///< ended on another thread
 inline constexpr int unknown = 999;
 
 /// Whether `s` is one of CUDA's sticky errors: a fault on the device (illegal address 700,
@@ -55,11 +66,21 @@ constexpr std::string_view name(int s) noexcept {
     case invalid_device: return "CUDA_ERROR_INVALID_DEVICE";
     case invalid_context: return "CUDA_ERROR_INVALID_CONTEXT";
     case invalid_handle: return "CUDA_ERROR_INVALID_HANDLE";
+    case illegal_state: return "CUDA_ERROR_ILLEGAL_STATE";
     case not_found: return "CUDA_ERROR_NOT_FOUND";
     case not_ready: return "CUDA_ERROR_NOT_READY";
     case illegal_address: return "CUDA_ERROR_ILLEGAL_ADDRESS";
     case launch_failed: return "CUDA_ERROR_LAUNCH_FAILED";
     case not_supported: return "CUDA_ERROR_NOT_SUPPORTED";
+    case stream_capture_unsupported: return "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED";
+    case stream_capture_invalidated: return "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED";
+    case stream_capture_merge: return "CUDA_ERROR_STREAM_CAPTURE_MERGE";
+    case stream_capture_unmatched: return "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED";
+    case stream_capture_unjoined: return "CUDA_ERROR_STREAM_CAPTURE_UNJOINED";
+    case stream_capture_isolation: return "CUDA_ERROR_STREAM_CAPTURE_ISOLATION";
+    case stream_capture_implicit: return "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT";
+    case captured_event: return "CUDA_ERROR_CAPTURED_EVENT";
+    case stream_capture_wrong_thread: return "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD";
     case unknown: return "CUDA_ERROR_UNKNOWN";
     default: return {};
   }

@@ -20,6 +20,7 @@
 #include "xlogrt/driver/status.hpp"
 #include "xlogrt/resource/block_tracker.hpp"
 #include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/detail/capture_windows.hpp"
 #include "xlogrt/resource/detail/request.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
 
@@ -84,6 +85,16 @@ struct AsyncCudaOptions {
 /// calls that need a current context (creating an event when the pool is empty, the
 /// pool's attributes) make it current first. test/resource/test_conformance_gpu.cpp
 /// checks this on a real GPU from a thread that has no current context at all.
+///
+/// Stream capture (CUDA graphs). No call of this resource makes a driver call that would
+/// invalidate a capture: poll_pending and reap_pending leave a capturing stream alone (its
+/// queued frees stay pending until the capture ends), and while a capture window is open
+/// (detail::capture_windows_open: a GraphPools layer above has begun allocating to a graph
+/// pool) a free whose alloc stream captures is deferred, the block staying live, and queued
+/// by the first poll_pending or reap_pending that finds the capture ended: queued inside the
+/// capture, the free would become a node of the graph and free the memory at every replay.
+/// An allocation on a capturing stream is a graph memory node (cuMemAllocFromPoolAsync
+/// under capture); a layer above routes those to a graph pool instead (GraphPools).
 ///
 /// Thread-safe. Calls on different blocks take different locks; allocations by different
 /// threads use different shards of the block table; the live-byte counts are per shard,
@@ -159,7 +170,8 @@ class AsyncCuda {
   /// inline, as GCC inlines allocate by itself: out of line, the pair would pay for the
   /// call, its saved registers and the spills around the driver call.
   [[gnu::always_inline]] result<void> deallocate(DeviceBlock&& b) noexcept {
-    if (!detail::valid_block(b, ordinal_) || !streams_->contains(b.alloc_stream())) [[unlikely]] {
+    if (!detail::valid_block(b, ordinal_) || !streams_->contains(b.alloc_stream()) ||
+        detail::capture_windows_open()) [[unlikely]] {
       return free_general(std::move(b));
     }
     const stream_t a = streams_->at(b.alloc_stream());
@@ -229,11 +241,14 @@ class AsyncCuda {
     return sum;
   }
 
-  /// Waits for every free queued so far and retires its bytes. Safe to call from many
+  /// Waits for every free queued so far and retires its bytes, except on a stream that is
+  /// capturing (synchronising it would invalidate the capture: its frees stay pending), and
+  /// queues the frees deferred by a capture that has ended. Safe to call from many
   /// threads at once: each reaper retires at most what it saw queued before its own
   /// synchronisation, and never what another reaper has already retired.
   result<void> reap_pending() noexcept {
     if (auto r = make_current(); !r) return r;
+    if (auto r = queue_deferred(); !r) return r;
     const std::size_t n = streams_->size();
     for (std::size_t i = 0; i < n; ++i) {
       // Acquire pairs with count_queued's release: every free counted in `seen` was
@@ -244,6 +259,7 @@ class AsyncCuda {
       if (seen == done) continue;
       auto s = streams_->get(StreamId{static_cast<std::uint32_t>(i)});
       if (!s) return std::move(s).error();
+      if (capturing(*s)) continue;
       if (auto r = driver().stream_synchronize(*s); !r) return r;
       retire(i, seen);
     }
@@ -254,12 +270,14 @@ class AsyncCuda {
   /// returns their bytes. Per stream with frees not yet retired: when the event recorded
   /// at the last look has been reached, the frees queued before it retire; then, if frees
   /// were queued since, an idle stream (cuStreamQuery) retires them at once, and a busy
-  /// one gets the event recorded after them, for the next look. One poll at a time: a
-  /// call that finds another thread polling returns 0 at once. Errors: the driver's (what
-  /// was retired before stays so).
+  /// one gets the event recorded after them, for the next look; a capturing stream is
+  /// left alone. First, the frees a capture deferred are queued once it has ended. One
+  /// poll at a time: a call that finds another thread polling returns 0 at once. Errors:
+  /// the driver's (what was retired before stays so).
   result<std::size_t> poll_pending() noexcept {
     std::unique_lock lock(state_->poll_mu, std::try_to_lock);
     if (!lock.owns_lock()) return std::size_t{0};
+    if (auto r = queue_deferred(); !r) return std::move(r).error();
     std::size_t freed = 0;
     const std::size_t n = streams_->size();
     for (std::size_t i = 0; i < n; ++i) {
@@ -276,6 +294,7 @@ class AsyncCuda {
       const std::uint64_t seen = state_->queued(i, std::memory_order_acquire);
       if (seen <= state_->retired[i].load(std::memory_order_relaxed)) continue;
       const stream_t s = streams_->at(StreamId{static_cast<std::uint32_t>(i)});
+      if (capturing(s)) continue;  // a query, or an event recorded into the capture, would break it
       auto idle = driver().stream_query(s);
       if (!idle) return std::move(idle).error();
       if (*idle) {  // every free counted in `seen` has run
@@ -369,6 +388,12 @@ class AsyncCuda {
   /// afterwards.
   BlockId set_generation_for_testing(BlockId id, std::uint32_t generation) noexcept {
     return state_->table.set_generation_for_testing(id, generation);
+  }
+
+  /// Frees deferred because their alloc stream was capturing, not yet queued.
+  std::size_t deferred_frees() const {
+    std::lock_guard lock(state_->deferred_mu);
+    return state_->deferred.size();
   }
 
   /// Live blocks (diagnostics and tests).
@@ -518,6 +543,9 @@ class AsyncCuda {
     std::atomic<std::uint64_t> retired_total{0};
     std::mutex poll_mu;                // poll_pending, and the marks under it
     std::array<Mark, MAX_STREAMS> marks{};
+    mutable std::mutex deferred_mu;     // deferred, and has_deferred's changes
+    std::vector<DeviceBlock> deferred;  // frees deferred by a capture (live in the table)
+    std::atomic<bool> has_deferred{false};
 
     /// Release: pairs with reap_pending's acquire (the free was queued before this).
     void count_queued(std::uint32_t stream, std::uint64_t bytes) noexcept {
@@ -576,6 +604,7 @@ class AsyncCuda {
     auto s = streams_->get(b.alloc_stream());
     if (!s) return std::move(s).error();
     const stream_t a = *s;
+    if (detail::capture_windows_open() && capturing(a)) return defer_free(std::move(b));
     auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) -> result<void> {
       if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
       return queue_free<false>(t, b, a);
@@ -584,6 +613,54 @@ class AsyncCuda {
     DeviceBlock gone = std::move(b);
     if (poll_due()) (void)poll_pending();
     return ok();
+  }
+
+  /// Whether `s` is capturing (or its capture was invalidated and has not ended): a driver
+  /// call on it other than an enqueue would break or fail the capture. A failed query
+  /// says no: the call it guards then reports the driver's error itself.
+  bool capturing(stream_t s) const noexcept {
+    auto info = driver().stream_capture_info(s);
+    return info && info->status != CaptureStatus::none;
+  }
+
+  /// Keeps the free of `b` (live, checked, its alloc stream capturing) for the first
+  /// poll_pending or reap_pending after the capture. A block the table no longer knows is
+  /// refused now, as the free would refuse it.
+  [[gnu::cold, gnu::noinline]] result<void> defer_free(DeviceBlock&& b) noexcept {
+    // The table checks `b` as for the free; the callback, reached only when it passes,
+    // declines the erase.
+    bool valid = false;
+    auto checked = state_->table.erase_if(b.id(), &b, [&](Track&) -> result<void> {
+      valid = true;
+      return error{errc::cancelled, "deferred"};
+    });
+    if (!valid) return checked;
+    try {
+      std::lock_guard lock(state_->deferred_mu);
+      state_->deferred.push_back(std::move(b));
+      state_->has_deferred.store(true, std::memory_order_release);
+    } catch (...) {
+      return error{errc::out_of_memory, "host memory exhausted deferring a free during stream capture: the block "
+                                        "is still live; free it again after the capture ends"};
+    }
+    return ok();
+  }
+
+  /// Queues the deferred frees whose alloc stream no longer captures.
+  result<void> queue_deferred() noexcept {
+    if (!state_->has_deferred.load(std::memory_order_acquire)) return ok();
+    std::vector<DeviceBlock> todo;
+    {
+      std::lock_guard lock(state_->deferred_mu);
+      todo.swap(state_->deferred);
+      state_->has_deferred.store(false, std::memory_order_relaxed);
+    }
+    result<void> first = ok();
+    for (DeviceBlock& b : todo) {
+      auto r = free_general(std::move(b));  // defers again while the stream still captures
+      if (!r && first) first = std::move(r);
+    }
+    return first;
   }
 
   /// recycle_block in full: checks `b` and `to`, and orders the uses on other streams

@@ -62,6 +62,7 @@
 #include "xlogrt/core/block.hpp"
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
+#include "xlogrt/resource/detail/capture_windows.hpp"
 #include "xlogrt/resource/detail/spin_lock.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
 
@@ -477,10 +478,9 @@ class BlockTable {
     return BlockId{s.owner, (local << SHARD_BITS) | sh, gen};
   }
 
-  static std::uint32_t next_owner() noexcept {
-    static std::atomic<std::uint32_t> next{1};
-    return next.fetch_add(1, std::memory_order_relaxed);
-  }
+  /// One sequence for every BlockTable<Entry> (a static member of the template would
+  /// give each Entry type a sequence of its own, and two tables the same owner).
+  static std::uint32_t next_owner() noexcept { return detail::next_block_owner(); }
 
   /// Shards owned by one thread each (the last shard is shared).
   static constexpr std::uint32_t OWNED = SHARDS - 1;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// The default stack, DefaultStackOn<D> (Statistics over Logging over Cached over Budget
-// over AsyncCuda), DefaultStack on the real driver, and the StackBuilder that configures
+// The default stack, DefaultStackOn<D> (Statistics over GraphPools over Logging over
+// Cached over Budget over AsyncCuda), DefaultStack on the real driver, and the StackBuilder that configures
 // it from the environment. `DefaultStackOn<SimDriver>` is nameable once
 // <xlogrt/sim/sim_driver.hpp> is included too.
 
@@ -17,6 +17,7 @@
 #include "xlogrt/resource/budget.hpp"
 #include "xlogrt/resource/cached.hpp"
 #include "xlogrt/resource/env_config.hpp"
+#include "xlogrt/resource/graph_pools.hpp"
 #include "xlogrt/resource/logging.hpp"
 #include "xlogrt/resource/statistics.hpp"
 #include "xlogrt/runtime/device_runtime.hpp"
@@ -26,8 +27,12 @@ namespace xlogrt {
 /// The default stack over driver D, outermost first:
 /// - Statistics: per-tag current / peak / cumulative bytes and counts of what the users
 ///   hold (always on: a few relaxed atomic additions per call);
+/// - GraphPools: what a CUDA graph capture allocates comes from a graph pool, never from
+///   or back to the cache, and nothing below breaks a capture (outside capture windows: a
+///   relaxed load per call);
 /// - Logging to a CSV file in RMM's layout, from XLOGRT_LOG_FILE (unset: off, and a
-///   disabled FileSink costs one predictable branch), every user allocation and free;
+///   disabled FileSink costs one predictable branch), every user allocation and free
+///   (a graph pool's: the blocks it takes and gives back);
 /// - Cached: freed blocks kept on the host and handed out again without a driver call
 ///   (XLOGRT_CACHE=0: off, every call goes to the pool);
 /// - Budget: the per-ordinal byte budget, from XLOGRT_BUDGET_BYTES (unset: no limit),
@@ -38,7 +43,7 @@ namespace xlogrt {
 ///   sizes unless XLOGRT_CACHE=small_pool_bytes=SIZE puts requests up to SIZE in a
 ///   second pool of their own.
 template <Driver D>
-using DefaultStackOn = Statistics<Logging<Cached<Budget<AsyncCuda<D>>>, FileSink>>;
+using DefaultStackOn = Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda<D>>>, FileSink>>>;
 
 /// The stack `DeviceRuntime<DefaultStack>::try_get(ordinal)` builds, on the real driver.
 using DefaultStack = DefaultStackOn<CudaDriver>;
@@ -87,7 +92,8 @@ struct StackBuilder<DefaultStackOn<D>> {
       if (cached.error().code() != errc::invalid_argument) return std::move(cached).error();
       return error{errc::invalid_argument, std::string(ENV_CACHE) + ": " + cached.error().message()};
     }
-    return DefaultStackOn<D>(Logging<Base, FileSink>(std::move(*cached), std::move(sink)));
+    using Logged = Logging<Base, FileSink>;
+    return DefaultStackOn<D>(GraphPools<Logged>(Logged(std::move(*cached), std::move(sink))));
   }
 };
 

@@ -113,6 +113,8 @@ class SimDriver {
   using stream_t = detail::sim::Stream*;
   using event_t = detail::sim::Event*;
   using mempool_t = detail::sim::Pool*;
+  using graph_t = detail::sim::Graph*;
+  using graph_exec_t = detail::sim::GraphExec*;
 
   static constexpr const char* kind = "sim";
   /// Allocation sizes and alignment, as cudaMalloc's.
@@ -196,6 +198,23 @@ class SimDriver {
   result<void> stream_write_value32(stream_t s, std::uint64_t dst, std::uint32_t value) noexcept;
   /// `fn(arg)` runs in stream order, with no driver lock held.
   result<void> launch_host_func(stream_t s, HostFn fn, void* arg) noexcept;
+
+  /// cuStreamGetCaptureInfo.
+  result<CaptureInfo> stream_capture_info(stream_t s) noexcept;
+  /// The calling thread's mode on this simulator (each SimDriver keeps its own, per
+  /// thread, as the CUDA driver keeps one per thread).
+  result<CaptureMode> exchange_capture_mode(CaptureMode mode) noexcept;
+  /// Synchronises every stream of the current context's device, as mem_free does.
+  result<void> ctx_synchronize() noexcept;
+
+  // --- CapturingDriver concept ---------------------------------------------------------
+
+  result<void> stream_begin_capture(stream_t s, CaptureMode mode) noexcept;
+  result<graph_t> stream_end_capture(stream_t s) noexcept;
+  result<graph_exec_t> graph_instantiate(graph_t g) noexcept;
+  result<void> graph_launch(graph_exec_t x, stream_t s) noexcept;
+  result<void> graph_destroy(graph_t g) noexcept;
+  result<void> graph_exec_destroy(graph_exec_t x) noexcept;
 
   std::string status_name(int s) const;
 
@@ -352,6 +371,7 @@ class SimDriver {
 };
 
 static_assert(Driver<SimDriver>);
+static_assert(CapturingDriver<SimDriver>);
 
 // --- construction ----------------------------------------------------------------------
 
@@ -1552,6 +1572,90 @@ inline result<void> SimDriver::launch_kernel(stream_t s, std::span<const SimAcce
   op.kernel = std::move(k);
   push_locked(st, std::move(op));
   return ok();
+}
+
+// --- Driver concept: stream capture ----------------------------------------------------------
+
+inline result<CaptureInfo> SimDriver::stream_capture_info(stream_t s) noexcept {
+  Lock lk(mu_);
+  if (auto e = enter_locked(Call::stream_capture_info)) return *e;
+  auto sr = stream_locked(Call::stream_capture_info, s);
+  if (!sr) return std::move(sr).error();
+  return CaptureInfo{};
+}
+
+inline result<CaptureMode> SimDriver::exchange_capture_mode(CaptureMode mode) noexcept {
+  constexpr Call c = Call::exchange_capture_mode;
+  Lock lk(mu_);
+  if (auto e = enter_locked(c)) return *e;
+  if (mode != CaptureMode::global && mode != CaptureMode::per_thread &&
+      mode != CaptureMode::relaxed) {
+    return fail(c, status::invalid_value,
+                "setting capture mode " + std::to_string(static_cast<int>(mode)) +
+                    ": pass a named CaptureMode");
+  }
+  try {
+    return detail::sim::exchange_thread_capture_mode(serial_, mode);
+  } catch (...) {
+    return fail(c, status::out_of_memory, "no host memory to keep the thread's capture mode");
+  }
+}
+
+inline result<void> SimDriver::ctx_synchronize() noexcept {
+  constexpr Call c = Call::ctx_synchronize;
+  Lock lk(mu_);
+  if (auto e = enter_locked(c)) return *e;
+  auto d = current_device_locked(c);
+  if (!d) return std::move(d).error();
+  return sync_device_locked(c, **d, lk);
+}
+
+inline result<void> SimDriver::stream_begin_capture(stream_t s, CaptureMode mode) noexcept {
+  (void)s;
+  (void)mode;
+  Lock lk(mu_);
+  if (auto e = enter_locked(Call::stream_begin_capture)) return *e;
+  return fail(Call::stream_begin_capture, status::not_supported,
+              "beginning a capture: the simulator does not model stream capture yet");
+}
+
+inline result<SimDriver::graph_t> SimDriver::stream_end_capture(stream_t s) noexcept {
+  Lock lk(mu_);
+  if (auto e = enter_locked(Call::stream_end_capture)) return *e;
+  auto sr = stream_locked(Call::stream_end_capture, s);
+  if (!sr) return std::move(sr).error();
+  return fail(Call::stream_end_capture, status::illegal_state,
+              "ending a capture on a stream that is not capturing");
+}
+
+inline result<SimDriver::graph_exec_t> SimDriver::graph_instantiate(graph_t g) noexcept {
+  (void)g;
+  Lock lk(mu_);
+  if (auto e = enter_locked(Call::graph_instantiate)) return *e;
+  return fail(Call::graph_instantiate, status::invalid_value, "instantiating a graph the simulator did not make");
+}
+
+inline result<void> SimDriver::graph_launch(graph_exec_t x, stream_t s) noexcept {
+  (void)x;
+  (void)s;
+  Lock lk(mu_);
+  if (auto e = enter_locked(Call::graph_launch)) return *e;
+  return fail(Call::graph_launch, status::invalid_value, "launching a graph the simulator did not make");
+}
+
+inline result<void> SimDriver::graph_destroy(graph_t g) noexcept {
+  (void)g;
+  Lock lk(mu_);
+  if (auto e = enter_locked(Call::graph_destroy)) return *e;
+  return fail(Call::graph_destroy, status::invalid_value, "destroying a graph the simulator did not make");
+}
+
+inline result<void> SimDriver::graph_exec_destroy(graph_exec_t x) noexcept {
+  (void)x;
+  Lock lk(mu_);
+  if (auto e = enter_locked(Call::graph_exec_destroy)) return *e;
+  return fail(Call::graph_exec_destroy, status::invalid_value,
+              "destroying an executable graph the simulator did not make");
 }
 
 // --- simulator controls ----------------------------------------------------------------------

@@ -23,6 +23,12 @@
 //   cuStreamWriteValue32   11070: the v2 stream memory operation, available on every
 //       platform by default; the 8000 variant is the v1 operation, which needs the
 //       nvidia module parameter NVreg_EnableStreamMemOPs=1.
+//   cuStreamGetCaptureInfo   11030: _v2 (status, id, graph, dependencies; CudaDriver
+//       passes nullptr for the last three); 10010 reports no graph, and 12030 (_v3) adds
+//       edge data that xlogrt does not read.
+//   cuStreamBeginCapture   10010: _v2, which takes the capture mode; the 10000 variant
+//       takes none and captures in global mode.
+//   cuCtxSynchronize   2000: the current context's; the 13000 variant names a context.
 // Every version asked for is at most 12000, the oldest driver CudaDriver accepts, so a
 // driver that passes the version check can answer every request.
 //
@@ -90,7 +96,16 @@ namespace xlogrt::detail {
   X(cuLaunchHostFunc, 10000)           \
   X(cuLaunchKernel, 4000)              \
   X(cuModuleLoadData, 2000)            \
-  X(cuModuleGetFunction, 2000)
+  X(cuModuleGetFunction, 2000)         \
+  X(cuStreamGetCaptureInfo, 11030)     \
+  X(cuThreadExchangeStreamCaptureMode, 10010) \
+  X(cuCtxSynchronize, 2000)            \
+  X(cuStreamBeginCapture, 10010)       \
+  X(cuStreamEndCapture, 10000)         \
+  X(cuGraphInstantiateWithFlags, 11040) \
+  X(cuGraphLaunch, 10000)              \
+  X(cuGraphDestroy, 10000)             \
+  X(cuGraphExecDestroy, 10000)
 // clang-format on
 
 /// The raw libcuda function table. Filled once by load_cuda_driver() and immutable

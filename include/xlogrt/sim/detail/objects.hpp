@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "xlogrt/driver/concept.hpp"
@@ -34,6 +35,8 @@ using KernelBody = std::function<void(std::span<std::byte* const>)>;
 
 struct Device;
 struct Stream;
+struct Graph;
+struct GraphExec;
 
 /// A device's primary context. Active while retained; the last release destroys it
 /// (bumps `generation`), which invalidates the streams and events made in it.
@@ -113,7 +116,8 @@ struct Device {
   Stream* legacy = nullptr;
 };
 
-/// The driver entry points, one per Driver concept member plus launch_kernel.
+/// The driver entry points, one per Driver and CapturingDriver concept member plus
+/// launch_kernel.
 enum class Call : std::uint8_t {
   device_count,
   device_get,
@@ -153,6 +157,15 @@ enum class Call : std::uint8_t {
   launch_kernel,
   mempool_create,
   mempool_destroy,
+  stream_capture_info,
+  exchange_capture_mode,
+  ctx_synchronize,
+  stream_begin_capture,
+  stream_end_capture,
+  graph_instantiate,
+  graph_launch,
+  graph_destroy,
+  graph_exec_destroy,
   count_,
 };
 
@@ -198,6 +211,15 @@ inline constexpr std::array<std::string_view, call_count> call_names = {
     "cuLaunchKernel",
     "cuMemPoolCreate",
     "cuMemPoolDestroy",
+    "cuStreamGetCaptureInfo",
+    "cuThreadExchangeStreamCaptureMode",
+    "cuCtxSynchronize",
+    "cuStreamBeginCapture",
+    "cuStreamEndCapture",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphDestroy",
+    "cuGraphExecDestroy",
 };
 
 constexpr std::string_view call_name(Call c) noexcept {
@@ -236,6 +258,40 @@ struct Current {
 inline Current& current() noexcept {
   thread_local Current c;
   return c;
+}
+
+/// The calling thread's capture interaction mode on the SimDriver with serial `driver`
+/// (CUDA keeps one per thread; a thread starts in global mode). Only threads that have
+/// set another mode have an entry, so the list stays as short as the drivers a thread
+/// has relaxed.
+inline std::vector<std::pair<std::uint64_t, CaptureMode>>& thread_capture_modes() noexcept {
+  thread_local std::vector<std::pair<std::uint64_t, CaptureMode>> modes;
+  return modes;
+}
+
+inline CaptureMode thread_capture_mode(std::uint64_t driver) noexcept {
+  for (const auto& [d, m] : thread_capture_modes()) {
+    if (d == driver) return m;
+  }
+  return CaptureMode::global;
+}
+
+/// Sets the calling thread's mode on `driver`; returns the previous one. Throws
+/// std::bad_alloc only when a non-global mode needs an entry and there is no memory.
+inline CaptureMode exchange_thread_capture_mode(std::uint64_t driver, CaptureMode mode) {
+  auto& modes = thread_capture_modes();
+  for (auto it = modes.begin(); it != modes.end(); ++it) {
+    if (it->first != driver) continue;
+    const CaptureMode old = it->second;
+    if (mode == CaptureMode::global) {
+      modes.erase(it);
+    } else {
+      it->second = mode;
+    }
+    return old;
+  }
+  if (mode != CaptureMode::global) modes.emplace_back(driver, mode);
+  return CaptureMode::global;
 }
 
 /// Process-unique serial numbers for SimDriver instances (0 is never handed out).

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// Captures through a stack, shared by the SimDriver test (test_graph_pools.cpp) and the
+// GPU one (test_graph_pools_gpu.cpp): the same program on the simulator's model of
+// capture and on the driver. `sim` names the driver object, whichever it is.
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include <xlogrt/device/stream_pool.hpp>
+#include <xlogrt/resource/find_layer.hpp>
+#include <xlogrt/resource/graph_pools.hpp>
+#include <xlogrt/runtime.hpp>
+
+namespace xlogrt::testing::graphs {
+
+constexpr std::size_t TEMP = 64 << 10;  // a capture's temporary: a size the cache keeps
+constexpr std::size_t OUT = 4 << 10;
+constexpr std::uint8_t GRAPH_BYTE = 0xab;
+constexpr std::uint8_t EAGER_BYTE = 0x11;
+
+template <class D>
+std::shared_ptr<StreamPool<D>> pool_of(D& drv) {
+  auto dev = Device<D>::open(drv, 0);
+  REQUIRE(dev.has_value());
+  auto pool = StreamPool<D>::create(*dev, 2);
+  REQUIRE(pool.has_value());
+  return *pool;
+}
+
+/// The default stack with its cache on and no budget, whatever the environment says.
+template <class D>
+DefaultStackOn<D> default_stack(const std::shared_ptr<StreamPool<D>>& streams) {
+  REQUIRE(unsetenv("XLOGRT_CACHE") == 0);
+  REQUIRE(unsetenv("XLOGRT_BUDGET_BYTES") == 0);
+  auto s = StackBuilder<DefaultStackOn<D>>::build(streams);
+  REQUIRE(s.has_value());
+  return std::move(*s);
+}
+
+template <class D, class Stack>
+std::vector<std::uint8_t> read_back(D& sim, Stack& stack, const DeviceBlock& b) {
+  std::vector<std::uint8_t> host(b.bytes());
+  auto h = stack.stream_handle(b.alloc_stream());
+  REQUIRE(h.has_value());
+  REQUIRE(sim.memcpy_dtoh_async(host.data(), b.ptr(), b.bytes(), *h).has_value());
+  REQUIRE(sim.stream_synchronize(*h).has_value());
+  return host;
+}
+
+/// What a capture leaves behind: the graph and the block its replays write.
+template <class D>
+struct Captured {
+  typename D::graph_exec_t exec{};
+  DeviceBlock out;
+};
+
+/// Captures on `cs`: a temporary written and copied into `out`, the temporary freed inside
+/// the capture, as a model's forward frees its activations. With `Window`, inside a
+/// GraphPools window of `pool`.
+template <bool Window, class D, class Stack>
+Captured<D> capture(D& sim, Stack& stack, StreamId cs, GraphPoolId pool = {}) {
+  auto h = stack.stream_handle(cs);
+  REQUIRE(h.has_value());
+  if constexpr (Window) REQUIRE(find_layer<GraphPools>(stack)->begin_allocate_to_pool(pool).has_value());
+  REQUIRE(sim.stream_begin_capture(*h, CaptureMode::global).has_value());
+  auto temp = stack.allocate(TEMP, cs, AllocTag{});
+  REQUIRE(temp.has_value());
+  REQUIRE(sim.memset_d8_async(temp->ptr(), GRAPH_BYTE, TEMP, *h).has_value());
+  auto out = stack.allocate(OUT, cs, AllocTag{});
+  REQUIRE(out.has_value());
+  REQUIRE(sim.memcpy_dtod_async(out->ptr(), temp->ptr(), OUT, *h).has_value());
+  REQUIRE(stack.deallocate(std::move(*temp)).has_value());
+  auto graph = sim.stream_end_capture(*h);
+  REQUIRE(graph.has_value());  // nothing the stack did invalidated the capture
+  if constexpr (Window) REQUIRE(find_layer<GraphPools>(stack)->end_allocate_to_pool(pool).has_value());
+  auto exec = sim.graph_instantiate(*graph);
+  REQUIRE(exec.has_value());
+  REQUIRE(sim.graph_destroy(*graph).has_value());
+  return Captured<D>{*exec, std::move(*out)};
+}
+
+/// Eager tensors allocated after the capture, filled, then the graph replayed `replays`
+/// times: how many eager bytes the replays changed.
+template <class D, class Stack>
+std::size_t eager_bytes_changed(D& sim, Stack& stack, StreamId cs, Captured<D>& g, int replays) {
+  auto h = stack.stream_handle(cs);
+  REQUIRE(h.has_value());
+  std::vector<DeviceBlock> eager;
+  for (std::size_t bytes : {TEMP, TEMP, OUT, std::size_t{256}}) {
+    auto b = stack.allocate(bytes, cs, AllocTag{});
+    REQUIRE(b.has_value());
+    REQUIRE(sim.memset_d8_async(b->ptr(), EAGER_BYTE, bytes, *h).has_value());
+    eager.push_back(std::move(*b));
+  }
+  for (int i = 0; i < replays; ++i) REQUIRE(sim.graph_launch(g.exec, *h).has_value());
+  REQUIRE(sim.stream_synchronize(*h).has_value());
+  std::size_t changed = 0;
+  for (const DeviceBlock& b : eager) {
+    for (std::uint8_t x : read_back(sim, stack, b)) changed += x != EAGER_BYTE;
+  }
+  for (const std::uint8_t x : read_back(sim, stack, g.out)) CHECK(x == GRAPH_BYTE);  // the replay ran
+  for (DeviceBlock& b : eager) REQUIRE(stack.deallocate(std::move(b)).has_value());
+  return changed;
+}
+
+/// A cached block of the temporary's size on the capture stream, as a warm process has.
+template <class Stack>
+void warm(Stack& stack, StreamId cs) {
+  auto b = stack.allocate(TEMP, cs, AllocTag{});
+  REQUIRE(b.has_value());
+  REQUIRE(stack.deallocate(std::move(*b)).has_value());
+}
+
+}  // namespace xlogrt::testing::graphs

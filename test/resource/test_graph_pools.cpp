@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+// GraphPools and the stack under stream capture, on SimDriver's model of capture: what a
+// capture allocates comes from a graph pool that eager code never receives while the graph
+// lives, nothing the stack does invalidates the capture or puts a free into the graph, and
+// the pool's memory comes back when it is released. The stack without GraphPools is run
+// through the same capture to show that the check catches a cache handing a graph's block
+// to eager code.
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include <xlogrt/device/stream_pool.hpp>
+#include <xlogrt/resource/async_cuda.hpp>
+#include <xlogrt/resource/budget.hpp>
+#include <xlogrt/resource/cached.hpp>
+#include <xlogrt/resource/find_layer.hpp>
+#include <xlogrt/resource/graph_pools.hpp>
+#include <xlogrt/runtime.hpp>
+#include <xlogrt/sim/sim_driver.hpp>
+
+#include "graph_capture.hpp"
+
+using namespace xlogrt;
+
+using namespace xlogrt::testing::graphs;
+using Default = DefaultStackOn<SimDriver>;
+
+
+TEST_CASE("a capture through the default stack allocates from a graph pool that eager code never receives",
+          "[graph_pools]") {
+  SimDriver sim;
+  auto streams = pool_of(sim);
+  Default stack = default_stack(streams);
+  const StreamId cs{1};
+  warm(stack, cs);
+  auto& layer = *find_layer<GraphPools>(stack);
+  const GraphPoolId pool = layer.new_pool();
+  auto g = capture<true>(sim, stack, cs, pool);
+  const GraphPoolStats during = layer.graph_stats();
+  CHECK(during.pools == 1);
+  CHECK(during.live_blocks == 1);  // the graph's output; its temporary is back in the pool
+  CHECK(during.held_bytes >= TEMP + OUT);
+  CHECK(eager_bytes_changed(sim, stack, cs, g, 20) == 0);
+
+  // The graph goes, and its pool's memory with it once the output is freed too.
+  REQUIRE(sim.graph_exec_destroy(g.exec).has_value());
+  REQUIRE(layer.release_pool(pool).has_value());
+  CHECK(layer.graph_stats().held_bytes >= OUT);  // the output is still the caller's
+  REQUIRE(stack.deallocate(std::move(g.out)).has_value());
+  const GraphPoolStats after = layer.graph_stats();
+  CHECK(after.held_bytes == 0);
+  CHECK(after.pools == 0);
+}
+
+TEST_CASE("the check catches a cache handing a graph's block to eager code", "[graph_pools]") {
+  // The stack below GraphPools, captured through without a window: the temporary comes
+  // from the cache, goes back to it at its free inside the capture, and the next eager
+  // tensor of its size receives the memory each replay writes.
+  SimDriver sim;
+  auto streams = pool_of(sim);
+  auto base = AsyncCuda<SimDriver>::create(streams);
+  REQUIRE(base.has_value());
+  auto cached = Cached<AsyncCuda<SimDriver>>::create(std::move(*base));
+  REQUIRE(cached.has_value());
+  const StreamId cs{1};
+  warm(*cached, cs);
+  auto g = capture<false>(sim, *cached, cs);
+  CHECK(eager_bytes_changed(sim, *cached, cs, g, 1) > 0);
+  REQUIRE(sim.graph_exec_destroy(g.exec).has_value());
+  REQUIRE(cached->deallocate(std::move(g.out)).has_value());
+}
+
+TEST_CASE("graphs sharing a pool reuse what an earlier capture freed", "[graph_pools]") {
+  SimDriver sim;
+  auto streams = pool_of(sim);
+  Default stack = default_stack(streams);
+  auto& layer = *find_layer<GraphPools>(stack);
+  const StreamId cs{1};
+  const GraphPoolId pool = layer.new_pool();
+  auto first = capture<true>(sim, stack, cs, pool);
+  const std::size_t held_one = layer.graph_stats().held_bytes;
+  auto second = capture<true>(sim, stack, cs, pool);
+  // The second capture's temporary is the first's; its output is new (the first's is live).
+  CHECK(layer.graph_stats().held_bytes == held_one + OUT);
+  CHECK(eager_bytes_changed(sim, stack, cs, first, 3) == 0);
+  CHECK(eager_bytes_changed(sim, stack, cs, second, 3) == 0);
+  for (auto* g : {&first, &second}) {
+    REQUIRE(sim.graph_exec_destroy(g->exec).has_value());
+    REQUIRE(layer.release_pool(pool).has_value());
+    REQUIRE(stack.deallocate(std::move(g->out)).has_value());
+  }
+  CHECK(layer.graph_stats().held_bytes == 0);
+  CHECK_FALSE(layer.release_pool(pool));  // no use left: a named error
+}
+
+TEST_CASE("an eager free during a capture is deferred until the capture ends", "[graph_pools]") {
+  SimDriver sim;
+  auto streams = pool_of(sim);
+  Default stack = default_stack(streams);
+  auto& layer = *find_layer<GraphPools>(stack);
+  const StreamId cs{1};
+  auto h = stack.stream_handle(cs);
+  REQUIRE(h.has_value());
+  const std::size_t before = stack.bytes_outstanding();
+  auto eager = stack.allocate(8 << 20, cs, AllocTag{});  // above the cache's largest block
+  REQUIRE(eager.has_value());
+  const GraphPoolId pool = layer.new_pool();
+  REQUIRE(layer.begin_allocate_to_pool(pool).has_value());
+  REQUIRE(sim.stream_begin_capture(*h, CaptureMode::global).has_value());
+  const std::size_t frees_before = sim.calls("cuMemFreeAsync");
+  REQUIRE(stack.deallocate(std::move(*eager)).has_value());
+  CHECK(layer.graph_stats().deferred_frees == 1);
+  CHECK(sim.calls("cuMemFreeAsync") == frees_before);  // nothing went into the graph
+  REQUIRE(stack.reap_pending().has_value());            // legal, and leaves the capture alone
+  auto graph = sim.stream_end_capture(*h);
+  REQUIRE(graph.has_value());
+  REQUIRE(layer.end_allocate_to_pool(pool).has_value());
+  CHECK(layer.graph_stats().deferred_frees == 0);
+  REQUIRE(stack.reap_pending().has_value());
+  CHECK(stack.bytes_outstanding() == before);
+  REQUIRE(sim.graph_destroy(*graph).has_value());
+  REQUIRE(layer.release_pool(pool).has_value());
+}
+
+TEST_CASE("AsyncCuda's polls and reaps leave a capturing stream alone", "[graph_pools]") {
+  SimDriver sim;
+  auto streams = pool_of(sim);
+  auto base = AsyncCuda<SimDriver>::create(streams);
+  REQUIRE(base.has_value());
+  const StreamId cs{1};
+  auto h = base->stream_handle(cs);
+  REQUIRE(h.has_value());
+  auto b = base->allocate(1 << 20, cs, AllocTag{});
+  REQUIRE(b.has_value());
+  REQUIRE(base->deallocate(std::move(*b)).has_value());  // a free pending on the stream
+  REQUIRE(sim.stream_begin_capture(*h, CaptureMode::global).has_value());
+  REQUIRE(base->poll_pending().has_value());
+  REQUIRE(base->reap_pending().has_value());
+  CHECK(base->bytes_outstanding() == (1 << 20));  // still pending: the stream captures
+  auto graph = sim.stream_end_capture(*h);
+  REQUIRE(graph.has_value());
+  REQUIRE(sim.graph_destroy(*graph).has_value());
+  REQUIRE(base->reap_pending().has_value());
+  CHECK(base->bytes_outstanding() == 0);
+}
+
+TEST_CASE("a free deferred by AsyncCuda during a capture window is queued after the capture", "[graph_pools]") {
+  // A layer below GraphPools (a cache giving blocks back) may free a block of the
+  // capturing stream; AsyncCuda keeps that free out of the graph.
+  SimDriver sim;
+  auto streams = pool_of(sim);
+  auto base = AsyncCuda<SimDriver>::create(streams);
+  REQUIRE(base.has_value());
+  GraphPools<AsyncCuda<SimDriver>> layer(std::move(*base));
+  const StreamId cs{1};
+  auto h = layer.stream_handle(cs);
+  REQUIRE(h.has_value());
+  auto b = layer.allocate(4096, cs, AllocTag{});
+  REQUIRE(b.has_value());
+  const GraphPoolId pool = layer.new_pool();
+  REQUIRE(layer.begin_allocate_to_pool(pool).has_value());
+  REQUIRE(sim.stream_begin_capture(*h, CaptureMode::global).has_value());
+  const std::size_t frees_before = sim.calls("cuMemFreeAsync");
+  REQUIRE(layer.upstream().deallocate(std::move(*b)).has_value());  // below GraphPools
+  CHECK(layer.upstream().deferred_frees() == 1);
+  CHECK(sim.calls("cuMemFreeAsync") == frees_before);
+  auto graph = sim.stream_end_capture(*h);
+  REQUIRE(graph.has_value());
+  REQUIRE(layer.end_allocate_to_pool(pool).has_value());
+  REQUIRE(layer.reap_pending().has_value());
+  CHECK(layer.upstream().deferred_frees() == 0);
+  CHECK(layer.bytes_outstanding() == 0);
+  REQUIRE(sim.graph_destroy(*graph).has_value());
+  REQUIRE(layer.release_pool(pool).has_value());
+}
+
+TEST_CASE("GraphPools refuses bad calls by name and loses nothing", "[graph_pools]") {
+  SimDriver sim;
+  auto streams = pool_of(sim);
+  Default stack = default_stack(streams);
+  auto& layer = *find_layer<GraphPools>(stack);
+  const GraphPoolId pool = layer.new_pool();
+  auto no_window = layer.end_allocate_to_pool(pool);
+  REQUIRE_FALSE(no_window);
+  CHECK(no_window.error().code() == errc::invalid_argument);
+  auto no_use = layer.release_pool(pool);
+  REQUIRE_FALSE(no_use);
+  CHECK(no_use.error().code() == errc::invalid_argument);
+
+  const StreamId cs{1};
+  auto g = capture<true>(sim, stack, cs, pool);
+  DeviceBlock forged{g.out.ptr(), g.out.bytes() + 1, g.out.alloc_stream(), g.out.device_ordinal(), g.out.tag(),
+                     g.out.id()};
+  auto wrong = stack.deallocate(std::move(forged));
+  REQUIRE_FALSE(wrong);
+  CHECK(wrong.error().code() == errc::foreign_block);
+  const BlockId id = g.out.id();
+  REQUIRE(stack.deallocate(std::move(g.out)).has_value());
+  auto twice = layer.prepare_block_use(id, cs, Access::Read);
+  REQUIRE_FALSE(twice);
+  CHECK(twice.error().code() == errc::double_free);
+  REQUIRE(sim.graph_exec_destroy(g.exec).has_value());
+  REQUIRE(layer.release_pool(pool).has_value());
+  CHECK(layer.graph_stats().held_bytes == 0);
+}

@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+// CUDA graph capture through the default stack on the real driver: the program of
+// test_graph_pools.cpp (graph_capture.hpp) with CudaDriver's cuStreamBeginCapture, graph
+// instantiation and launches. Run it under compute-sanitizer memcheck and racecheck on a
+// GPU machine. Exits 77 (Meson's SKIP) without a CUDA driver or device.
+
+#define CATCH_CONFIG_RUNNER
+#include "../gpu_main.hpp"
+#include "graph_capture.hpp"
+
+#include <xlogrt/resource/async_cuda.hpp>
+#include <xlogrt/resource/cached.hpp>
+
+using namespace xlogrt;
+using namespace xlogrt::testing::graphs;
+
+namespace {
+CudaDriver* gpu = nullptr;
+using Default = DefaultStackOn<CudaDriver>;
+}  // namespace
+
+TEST_CASE("a capture through the default stack: replays leave eager tensors alone, the pool comes back",
+          "[gpu][graph_pools]") {
+  auto streams = pool_of(*gpu);
+  Default stack = default_stack(streams);
+  auto& layer = *find_layer<GraphPools>(stack);
+  const StreamId cs{1};
+  warm(stack, cs);
+  const GraphPoolId pool = layer.new_pool();
+  auto first = capture<true>(*gpu, stack, cs, pool);
+  const std::size_t held_one = layer.graph_stats().held_bytes;
+  auto second = capture<true>(*gpu, stack, cs, pool);  // shares the pool
+  CHECK(layer.graph_stats().held_bytes == held_one + OUT);
+  CHECK(eager_bytes_changed(*gpu, stack, cs, first, 20) == 0);
+  CHECK(eager_bytes_changed(*gpu, stack, cs, second, 20) == 0);
+  for (auto* g : {&first, &second}) {
+    REQUIRE(gpu->graph_exec_destroy(g->exec).has_value());
+    REQUIRE(layer.release_pool(pool).has_value());
+    REQUIRE(stack.deallocate(std::move(g->out)).has_value());
+  }
+  CHECK(layer.graph_stats().held_bytes == 0);
+  REQUIRE(stack.reap_pending().has_value());
+}
+
+TEST_CASE("an eager free during a capture stays out of the graph", "[gpu][graph_pools]") {
+  auto streams = pool_of(*gpu);
+  Default stack = default_stack(streams);
+  auto& layer = *find_layer<GraphPools>(stack);
+  const StreamId cs{1};
+  auto h = stack.stream_handle(cs);
+  REQUIRE(h.has_value());
+  const std::size_t before = stack.bytes_outstanding();
+  auto eager = stack.allocate(8 << 20, cs, AllocTag{});
+  REQUIRE(eager.has_value());
+  const GraphPoolId pool = layer.new_pool();
+  REQUIRE(layer.begin_allocate_to_pool(pool).has_value());
+  REQUIRE(gpu->stream_begin_capture(*h, CaptureMode::global).has_value());
+  REQUIRE(stack.deallocate(std::move(*eager)).has_value());
+  REQUIRE(stack.reap_pending().has_value());
+  auto graph = gpu->stream_end_capture(*h);
+  REQUIRE(graph.has_value());
+  REQUIRE(layer.end_allocate_to_pool(pool).has_value());
+  REQUIRE(stack.reap_pending().has_value());
+  CHECK(stack.bytes_outstanding() == before);
+  REQUIRE(gpu->graph_destroy(*graph).has_value());
+  REQUIRE(layer.release_pool(pool).has_value());
+}
+
+TEST_CASE("on the GPU too, the check catches a cache handing a graph's block to eager code", "[gpu][graph_pools]") {
+  auto streams = pool_of(*gpu);
+  auto base = AsyncCuda<CudaDriver>::create(streams);
+  REQUIRE(base.has_value());
+  auto cached = Cached<AsyncCuda<CudaDriver>>::create(std::move(*base));
+  REQUIRE(cached.has_value());
+  const StreamId cs{1};
+  warm(*cached, cs);
+  auto g = capture<false>(*gpu, *cached, cs);
+  CHECK(eager_bytes_changed(*gpu, *cached, cs, g, 1) > 0);
+  REQUIRE(gpu->graph_exec_destroy(g.exec).has_value());
+  REQUIRE(cached->deallocate(std::move(g.out)).has_value());
+  REQUIRE(cached->reap_pending().has_value());
+}
+
+int main(int argc, char** argv) { return xlogrt::testing::run_gpu_tests(argc, argv, gpu); }
