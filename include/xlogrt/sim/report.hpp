@@ -4,7 +4,8 @@
 // The vocabulary SimDriver hands to tests: the accesses a simulated kernel declares
 // (SimAccess) and its host body (SimKernelBody), what a failure injection answers
 // (SimInjection), the hazard reports (SimOp, SimHazard, each with a to_string that reads
-// as a sentence) and the per-device memory accounting (SimMemoryStats).
+// as a sentence), the per-device memory accounting (SimMemoryStats) and the stream
+// capture counters (SimCaptureStats).
 //
 // Every type here is a value: a report or a snapshot copied out of the driver under its
 // lock, so a test may keep and compare them after the driver has moved on. A SimOp names
@@ -95,6 +96,25 @@ struct SimMemoryStats {
   std::size_t quarantined = 0;   ///< freed, run, and not yet back in general reuse
   std::size_t peak_allocated = 0;
   std::size_t live_blocks = 0;
+  std::size_t graph_reserved = 0;  ///< held by graph allocation nodes while their graph lives
+};
+
+/// What SimDriver has seen of stream capture since it was built (capture_stats()). The
+/// graph memory counters let a test assert that a stack captured into a graph never
+/// makes graph allocation nodes, nor frees memory from outside the graph in it (such a
+/// free runs at every launch of the graph).
+///
+/// Not thread-safe: a value (a snapshot).
+struct SimCaptureStats {
+  std::uint64_t captures_begun = 0;
+  std::uint64_t captures_ended = 0;        ///< ended with a graph
+  std::uint64_t captures_failed = 0;       ///< ended without one (invalidated, unjoined)
+  std::uint64_t captures_invalidated = 0;  ///< by a call that broke a capture rule
+  std::uint64_t graph_alloc_nodes = 0;     ///< mem_alloc_async on a capturing stream
+  std::uint64_t graph_free_nodes = 0;      ///< mem_free_async on a capturing stream
+  std::uint64_t graph_frees_of_outside_memory = 0;  ///< of those, of memory allocated outside
+  std::uint64_t graph_launches = 0;
+  std::uint64_t replayed_frees_of_outside_memory = 0;  ///< such frees run by launches
 };
 
 namespace detail::sim {

@@ -31,6 +31,7 @@
 // - sim/detail/device_memory.hpp: a device's arena, blocks, pending frees, quarantine;
 // - sim/detail/host_window.hpp: mapped host memory and its device addresses;
 // - sim/detail/scheduler.hpp: which ready stream advances next;
+// - sim/detail/capture.hpp: capture sequences, recorded nodes and graphs;
 // - sim/detail/objects.hpp, clock.hpp, memory.hpp, shadow.hpp: the objects behind the
 //   handles, the checker's vocabulary, mappings and range allocation, shadow segments.
 // Every part is guarded by the driver's one mutex and is only used under it.
@@ -61,6 +62,7 @@
 #include "xlogrt/driver/lifetime.hpp"
 #include "xlogrt/driver/status.hpp"
 #include "xlogrt/sim/config.hpp"
+#include "xlogrt/sim/detail/capture.hpp"
 #include "xlogrt/sim/detail/clock.hpp"
 #include "xlogrt/sim/detail/device_memory.hpp"
 #include "xlogrt/sim/detail/fault_injector.hpp"
@@ -100,6 +102,27 @@ namespace xlogrt {
 /// Faults. fault_stream() and an access outside simulated memory fault a stream:
 /// its later operations never run, enqueues on it and waits for it fail with the
 /// status, and a stream that waits on an event it never reaches faults too.
+///
+/// Stream capture. stream_begin_capture makes a stream record instead of run: every
+/// operation enqueued on it (and on the streams that join it by waiting on an event
+/// recorded in it) is kept as a graph node, unchecked and unrun, and graph_launch replays
+/// the nodes on its stream, in the order recorded, checked as if enqueued then (forked
+/// branches run one after another there: a legal order of the graph, one a GPU may not
+/// choose). The rules the CUDA driver enforces are enforced with its statuses: a second
+/// begin (ILLEGAL_STATE) or one on the legacy stream (STREAM_CAPTURE_UNSUPPORTED); an end
+/// on another thread unless the capture is relaxed (WRONG_THREAD), on a joined stream
+/// (UNMATCHED), with a fork not joined back (UNJOINED); and these, which also invalidate
+/// the capture, so that its end fails with STREAM_CAPTURE_INVALIDATED: querying or
+/// synchronising a capturing stream (UNSUPPORTED), querying or synchronising an event
+/// last recorded in a capture (CAPTURED_EVENT), a capturing stream waiting on an event
+/// recorded outside its capture (ISOLATION) or in another one (MERGE), and a
+/// potentially unsafe call (mem_alloc, mem_free, mem_host_alloc_mapped, mem_host_free,
+/// ctx_synchronize, synchronising or querying the legacy stream) that the calling
+/// thread's mode forbids (UNSUPPORTED: see exchange_capture_mode). mem_alloc_async and
+/// mem_free_async on a capturing stream make graph memory nodes, counted in
+/// capture_stats(). Not modelled: the legacy stream's implicit synchronisation with
+/// capturing streams (every stream here is non-blocking, so there is none), and launching
+/// a graph into a capturing stream (refused with NOT_SUPPORTED).
 ///
 /// Thread-safe. One mutex guards the whole simulated machine (the checker needs one
 /// consistent view of every stream's clock); it is released while a host function or
@@ -144,7 +167,8 @@ class SimDriver {
   result<void> primary_ctx_release(device_t dev) noexcept;
   /// A null context makes none current.
   result<void> ctx_make_current(context_t ctx) noexcept;
-  /// free = total minus allocated and pending-free bytes of the current device.
+  /// free = total minus allocated, pending-free and graph-reserved bytes of the current
+  /// device.
   result<MemInfo> mem_get_info() noexcept;
 
   result<stream_t> stream_create() noexcept;
@@ -199,20 +223,29 @@ class SimDriver {
   /// `fn(arg)` runs in stream order, with no driver lock held.
   result<void> launch_host_func(stream_t s, HostFn fn, void* arg) noexcept;
 
-  /// cuStreamGetCaptureInfo.
+  /// cuStreamGetCaptureInfo: none for a stream outside every capture (the legacy
+  /// stream included); active or invalidated, with the capture's id, for a member.
   result<CaptureInfo> stream_capture_info(stream_t s) noexcept;
   /// The calling thread's mode on this simulator (each SimDriver keeps its own, per
-  /// thread, as the CUDA driver keeps one per thread).
+  /// thread, as the CUDA driver keeps one per thread; a thread starts in global mode).
   result<CaptureMode> exchange_capture_mode(CaptureMode mode) noexcept;
   /// Synchronises every stream of the current context's device, as mem_free does.
+  /// Potentially unsafe during a capture.
   result<void> ctx_synchronize() noexcept;
 
   // --- CapturingDriver concept ---------------------------------------------------------
 
+  /// The capture remembers `mode` and the calling thread.
   result<void> stream_begin_capture(stream_t s, CaptureMode mode) noexcept;
+  /// Every member stream leaves the capture, whether it ends with a graph or fails.
   result<graph_t> stream_end_capture(stream_t s) noexcept;
   result<graph_exec_t> graph_instantiate(graph_t g) noexcept;
+  /// Refused (INVALID_VALUE) before anything is enqueued when the launch would free
+  /// memory twice: a graph allocation not freed in the graph and still live from the
+  /// previous launch, or memory from outside the graph that a captured free already
+  /// freed at an earlier launch.
   result<void> graph_launch(graph_exec_t x, stream_t s) noexcept;
+  /// The graph's allocations stay reserved while an executable graph made from it lives.
   result<void> graph_destroy(graph_t g) noexcept;
   result<void> graph_exec_destroy(graph_exec_t x) noexcept;
 
@@ -267,8 +300,10 @@ class SimDriver {
   result<void> fault_stream(stream_t s, int status) noexcept;
 
   result<SimMemoryStats> memory_stats(device_t dev) const noexcept;
-  /// Bytes the device cannot hand to an unrelated allocation: allocated plus pending
-  /// frees (the quarantine is excluded: it empties under pressure).
+  /// What the driver has seen of stream capture (graph memory nodes among it).
+  SimCaptureStats capture_stats() const noexcept;
+  /// Bytes the device cannot hand to an unrelated allocation: allocated, pending frees
+  /// and graph reservations (the quarantine is excluded: it empties under pressure).
   result<std::size_t> bytes_reserved(device_t dev) const noexcept;
   result<std::uint64_t> release_threshold(mempool_t pool) const noexcept;
   /// The id reports use for `s` (a null handle: the current context's legacy stream).
@@ -326,6 +361,21 @@ class SimDriver {
                                      std::span<const SimAccess> checks);
   result<void> enqueue_transfer_locked(Call c, stream_t s, Op op, Access a,
                                        std::span<const SimAccess> checks);
+  void enqueue_on_locked(Stream& st, Op op, Access a, std::span<const SimAccess> checks,
+                         std::uint32_t label = 0);
+  void free_async_locked(Stream& st, Device& dev, detail::sim::DeviceMemory::Blocks::iterator it);
+
+  using Capture = detail::sim::Capture;
+  result<void> capture_op_locked(Call c, Stream& st, Op op, Access a,
+                                 std::span<const SimAccess> checks, std::uint32_t label = 0);
+  void record_node_locked(Stream& st, detail::sim::Node n);
+  error invalidated_error(Call c, const Stream& st) const;
+  void invalidate_locked(Capture& cap, int status);
+  std::optional<error> unsafe_call_locked(Call c, std::string_view what);
+  Capture* find_capture_locked(std::uint64_t id) const noexcept;
+  void end_capture_locked(Capture& cap);
+  void release_graph_locked(detail::sim::GraphData& g);
+  void replay_locked(Stream& st, const detail::sim::GraphData& g);
 
   error oom_locked(Call c, const Device& dev, std::uint64_t bytes) const;
 
@@ -363,6 +413,10 @@ class SimDriver {
   std::size_t busy_ = 0;
   detail::sim::HazardChecker checker_;
   detail::sim::FaultInjector faults_;
+  std::vector<std::unique_ptr<Capture>> captures_;  // begun and not ended
+  std::vector<std::unique_ptr<detail::sim::Graph>> graphs_;     // handles stay valid
+  std::vector<std::unique_ptr<detail::sim::GraphExec>> graph_execs_;
+  SimCaptureStats capture_stats_;
   bool stop_ = false;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
@@ -668,7 +722,16 @@ inline result<void> SimDriver::enqueue_simple_locked(Call c, stream_t s, Op op, 
   if (!sr) return std::move(sr).error();
   Stream& st = **sr;
   if (st.fault != 0) return fault_error(c, st);
-  OpRef ref = begin_op_locked(st, op.kind, a);
+  if (st.capture != nullptr) [[unlikely]] return capture_op_locked(c, st, std::move(op), a, checks);
+  enqueue_on_locked(st, std::move(op), a, checks);
+  return ok();
+}
+
+// Assigns a validated stream's operation its place, checks `checks` (each with its own
+// access mode) and queues it.
+inline void SimDriver::enqueue_on_locked(Stream& st, Op op, Access a,
+                                         std::span<const SimAccess> checks, std::uint32_t label) {
+  OpRef ref = begin_op_locked(st, op.kind, a, label);
   op.seq = ref.seq;
   for (const SimAccess& x : checks) {
     OpRef r = ref;
@@ -679,7 +742,6 @@ inline result<void> SimDriver::enqueue_simple_locked(Call c, stream_t s, Op op, 
     op.release = std::make_unique<VectorClock>(st.vc);
   }
   push_locked(st, std::move(op));
-  return ok();
 }
 
 // --- memory bookkeeping ----------------------------------------------------------------------
@@ -1016,7 +1078,8 @@ inline result<MemInfo> SimDriver::mem_get_info() noexcept {
   auto d = current_device_locked(Call::mem_get_info);
   if (!d) return std::move(d).error();
   const Device& dev = **d;
-  return MemInfo{static_cast<std::size_t>(memory_bytes_ - dev.mem.allocated - dev.mem.pending),
+  return MemInfo{static_cast<std::size_t>(memory_bytes_ - dev.mem.allocated - dev.mem.pending -
+                                          dev.mem.graph_reserved),
                  static_cast<std::size_t>(memory_bytes_)};
 }
 
@@ -1071,6 +1134,16 @@ inline result<void> SimDriver::stream_synchronize(stream_t s) noexcept {
   auto sr = stream_locked(Call::stream_synchronize, s);
   if (!sr) return std::move(sr).error();
   Stream& st = **sr;
+  if (st.capture != nullptr) [[unlikely]] {
+    invalidate_locked(*st.capture, status::stream_capture_unsupported);
+    return fail(Call::stream_synchronize, status::stream_capture_unsupported,
+                "synchronising stream " + std::to_string(st.id) + ", which is capturing (capture " +
+                    std::to_string(st.capture->id) + ", now invalidated); synchronise after stream_end_capture");
+  }
+  if (st.legacy && !captures_.empty()) [[unlikely]] {
+    if (auto e = unsafe_call_locked(Call::stream_synchronize, "synchronising the legacy default stream"))
+      return *e;
+  }
   if (st.fault != 0) return fault_error(Call::stream_synchronize, st);
   const VectorClock seen = st.vc;
   const Target t{&st, st.enqueued};
@@ -1086,6 +1159,15 @@ inline result<bool> SimDriver::stream_query(stream_t s) noexcept {
   auto sr = stream_locked(Call::stream_query, s);
   if (!sr) return std::move(sr).error();
   Stream& st = **sr;
+  if (st.capture != nullptr) [[unlikely]] {
+    invalidate_locked(*st.capture, status::stream_capture_unsupported);
+    return fail(Call::stream_query, status::stream_capture_unsupported,
+                "querying stream " + std::to_string(st.id) + ", which is capturing (capture " +
+                    std::to_string(st.capture->id) + ", now invalidated); query after stream_end_capture");
+  }
+  if (st.legacy && !captures_.empty()) [[unlikely]] {
+    if (auto e = unsafe_call_locked(Call::stream_query, "querying the legacy default stream")) return *e;
+  }
   if (st.fault != 0) return fault_error(Call::stream_query, st);
   if (st.completed < st.enqueued) return false;
   publish_locked(st.vc);
@@ -1118,6 +1200,45 @@ inline result<void> SimDriver::stream_wait_event(stream_t s, event_t e) noexcept
   Stream& st = **sr;
   if (st.fault != 0) return fault_error(Call::stream_wait_event, st);
   const Event& ev = **er;
+  if (ev.capture_id != 0 || st.capture != nullptr) [[unlikely]] {
+    constexpr Call c = Call::stream_wait_event;
+    Capture* from = ev.capture_id != 0 ? find_capture_locked(ev.capture_id) : nullptr;
+    const std::string who = "stream " + std::to_string(st.id) + " waiting on an event ";
+    if (st.capture != nullptr && st.capture->invalidated != 0) return invalidated_error(c, st);
+    if (ev.capture_id == 0) {  // a capturing stream, an event recorded outside any capture
+      if (ev.stream == nullptr) return ok();  // never recorded: nothing to wait for
+      invalidate_locked(*st.capture, status::stream_capture_isolation);
+      return fail(c, status::stream_capture_isolation,
+                  who + "recorded outside its capture " + std::to_string(st.capture->id) +
+                      " (now invalidated); record the event before the capture begins and wait "
+                      "on it then, or record it inside the capture");
+    }
+    if (from == nullptr) {
+      return fail(c, status::captured_event,
+                  who + "last recorded in capture " + std::to_string(ev.capture_id) +
+                      ", which has ended; record it again outside a capture");
+    }
+    if (st.capture == nullptr) {  // fork: the stream joins the capture
+      if (from->invalidated != 0) {
+        return fail(c, status::invalid_value,
+                    who + "recorded in capture " + std::to_string(from->id) +
+                        ", which was invalidated; end that capture");
+      }
+      st.capture = from;
+      st.capture_vc = ev.capture_vc;
+      from->members.push_back(&st);
+      return ok();
+    }
+    if (st.capture != from) {
+      invalidate_locked(*st.capture, status::stream_capture_merge);
+      invalidate_locked(*from, status::stream_capture_merge);
+      return fail(c, status::stream_capture_merge,
+                  who + "recorded in capture " + std::to_string(from->id) + " while in capture " +
+                      std::to_string(st.capture->id) + ": the two are now invalidated");
+    }
+    st.capture_vc.join(ev.capture_vc);  // a dependency inside the capture
+    return ok();
+  }
   if (ev.stream == nullptr) return ok();  // never recorded: nothing to wait for
   st.vc.join(ev.vc);
   if (ev.stream->completed >= ev.seq) return ok();
@@ -1169,6 +1290,16 @@ inline result<void> SimDriver::event_record(event_t e, stream_t s) noexcept {
                     " on a stream of device " + std::to_string(st.device->ordinal));
   }
   if (st.fault != 0) return fault_error(Call::event_record, st);
+  if (st.capture != nullptr) [[unlikely]] {  // marks a point of the capture, not of the stream
+    if (st.capture->invalidated != 0) return invalidated_error(Call::event_record, st);
+    ev.stream = nullptr;
+    ev.seq = 0;
+    ev.vc = VectorClock{};
+    ev.capture_id = st.capture->id;
+    ev.capture_vc = st.capture_vc;
+    return ok();
+  }
+  ev.capture_id = 0;
   OpRef ref = begin_op_locked(st, OpKind::event_record, Access::Read);
   ev.stream = &st;
   ev.seq = ref.seq;
@@ -1186,6 +1317,15 @@ inline result<bool> SimDriver::event_query(event_t e) noexcept {
   auto er = event_locked(Call::event_query, e);
   if (!er) return std::move(er).error();
   const Event& ev = **er;
+  if (ev.capture_id != 0) [[unlikely]] {
+    if (Capture* cap = find_capture_locked(ev.capture_id)) {
+      invalidate_locked(*cap, status::captured_event);
+    }
+    return fail(Call::event_query, status::captured_event,
+                "querying an event last recorded in capture " + std::to_string(ev.capture_id) +
+                    "; the host cannot wait for a point of a graph: record the event on a stream "
+                    "outside the capture");
+  }
   if (ev.stream == nullptr) return true;
   if (ev.stream->completed >= ev.seq) {
     publish_locked(ev.vc);
@@ -1201,6 +1341,16 @@ inline result<void> SimDriver::event_synchronize(event_t e) noexcept {
   auto er = event_locked(Call::event_synchronize, e);
   if (!er) return std::move(er).error();
   const Event& ev = **er;
+  if (ev.capture_id != 0) [[unlikely]] {
+    if (Capture* cap = find_capture_locked(ev.capture_id)) {
+      invalidate_locked(*cap, status::captured_event);
+    }
+    return fail(Call::event_synchronize, status::captured_event,
+                "synchronising an event last recorded in capture " +
+                    std::to_string(ev.capture_id) +
+                    "; the host cannot wait for a point of a graph: record the event on a stream "
+                    "outside the capture");
+  }
   if (ev.stream == nullptr) return ok();
   const VectorClock seen = ev.vc;
   const Target t{ev.stream, ev.seq};
@@ -1289,6 +1439,24 @@ inline result<std::uint64_t> SimDriver::mem_alloc_async(std::size_t bytes, mempo
   Device& dev = *pool->device;
   if (bytes > memory_bytes_) return oom_locked(c, dev, bytes);
   const std::uint64_t need = round_up(bytes, alloc_granularity);
+  if (st.capture != nullptr) [[unlikely]] {  // a graph allocation node
+    Capture& cap = *st.capture;
+    if (cap.invalidated != 0) return invalidated_error(c, st);
+    auto off = dev.mem.reserve(need);
+    if (!off) return oom_locked(c, dev, bytes);
+    const std::uint64_t addr = dev.mem.base + *off;
+    cap.data->allocs.push_back(
+        detail::sim::GraphAlloc{&dev, dev.ctx.generation, addr, bytes, need, false});
+    detail::sim::Node n;
+    n.kind = OpKind::mem_alloc_async;
+    n.access = Access::Write;
+    n.dst = addr;
+    n.bytes = need;
+    n.alloc = static_cast<int>(cap.data->allocs.size() - 1);
+    record_node_locked(st, std::move(n));
+    ++capture_stats_.graph_alloc_nodes;
+    return addr;
+  }
   join_host_locked(st);
   auto off = dev.mem.allocate(need, st.vc);
   if (!off) return oom_locked(c, dev, bytes);
@@ -1313,6 +1481,24 @@ inline result<void> SimDriver::mem_free_async(std::uint64_t ptr, stream_t s) noe
   if (!sr) return std::move(sr).error();
   Stream& st = **sr;
   if (st.fault != 0) return fault_error(c, st);
+  if (st.capture != nullptr) [[unlikely]] {  // a graph free node of this capture's allocation?
+    Capture& cap = *st.capture;
+    if (cap.invalidated != 0) return invalidated_error(c, st);
+    auto& allocs = cap.data->allocs;
+    for (std::size_t i = 0; i < allocs.size(); ++i) {
+      if (allocs[i].addr != ptr || allocs[i].freed_in_graph) continue;
+      allocs[i].freed_in_graph = true;
+      detail::sim::Node n;
+      n.kind = OpKind::mem_free_async;
+      n.access = Access::Write;
+      n.dst = ptr;
+      n.bytes = allocs[i].rounded;
+      n.alloc = static_cast<int>(i);
+      record_node_locked(st, std::move(n));
+      ++capture_stats_.graph_free_nodes;
+      return ok();
+    }
+  }
   Device* dev = device_of(ptr);
   if (dev == nullptr) {
     return fail(c, status::invalid_value,
@@ -1329,14 +1515,47 @@ inline result<void> SimDriver::mem_free_async(std::uint64_t ptr, stream_t s) noe
                 "freeing " + detail::sim::hex(ptr) +
                     " with mem_free_async: it was allocated by mem_alloc; free it with mem_free");
   }
+  if (st.capture != nullptr) [[unlikely]] {
+    // Memory allocated outside the capture: the node frees it at every launch.
+    for (const detail::sim::Node& n : st.capture->data->nodes) {
+      if (n.kind == OpKind::mem_free_async && n.alloc < 0 && n.dst == ptr) {
+        return fail(c, status::invalid_value,
+                    "freeing " + detail::sim::hex(ptr) + " twice in capture " +
+                        std::to_string(st.capture->id));
+      }
+    }
+    detail::sim::Node n;
+    n.kind = OpKind::mem_free_async;
+    n.access = Access::Write;
+    n.dst = ptr;
+    n.bytes = it->second.rounded;
+    record_node_locked(st, std::move(n));
+    ++capture_stats_.graph_free_nodes;
+    ++capture_stats_.graph_frees_of_outside_memory;
+    return ok();
+  }
+  free_async_locked(st, *dev, it);
+  return ok();
+}
+
+// Enqueues the free of the live pooled block `it` of `dev` on `st`. A graph allocation's
+// block leaves the live set, and its range stays the graph's.
+inline void SimDriver::free_async_locked(Stream& st, Device& dev,
+                                         detail::sim::DeviceMemory::Blocks::iterator it) {
+  const std::uint64_t ptr = it->first;
   const detail::sim::Block b = it->second;
   const OpRef ref = begin_op_locked(st, OpKind::mem_free_async, Access::Write);
   if (cfg_.check_hazards) {
     checker_.free(ptr, b.requested, ref, st.vc);
     record_locked();
   }
-  const std::uint64_t id = next_free_id_++;
-  dev->mem.free_enqueued(it, ref, id);
+  std::uint64_t id = 0;  // names no recycled range
+  if (b.graph) {
+    dev.mem.blocks.erase(it);
+  } else {
+    id = next_free_id_++;
+    dev.mem.free_enqueued(it, ref, id);
+  }
   Op op;
   op.kind = OpKind::mem_free_async;
   op.seq = ref.seq;
@@ -1344,13 +1563,13 @@ inline result<void> SimDriver::mem_free_async(std::uint64_t ptr, stream_t s) noe
   op.bytes = b.rounded;
   op.free_id = id;
   push_locked(st, std::move(op));
-  return ok();
 }
 
 inline result<std::uint64_t> SimDriver::mem_alloc(std::size_t bytes) noexcept {
   constexpr Call c = Call::mem_alloc;
   Lock lk(mu_);
   if (auto e = enter_locked(c)) return *e;
+  if (auto e = unsafe_call_locked(c, "allocating device memory synchronously")) return *e;
   auto d = current_device_locked(c);
   if (!d) return std::move(d).error();
   Device& dev = **d;
@@ -1371,6 +1590,7 @@ inline result<void> SimDriver::mem_free(std::uint64_t ptr) noexcept {
   constexpr Call c = Call::mem_free;
   Lock lk(mu_);
   if (auto e = enter_locked(c)) return *e;
+  if (auto e = unsafe_call_locked(c, "freeing device memory synchronously")) return *e;
   auto d = current_device_locked(c);
   if (!d) return std::move(d).error();
   Device* dev = device_of(ptr);
@@ -1381,6 +1601,12 @@ inline result<void> SimDriver::mem_free(std::uint64_t ptr) noexcept {
                     "never allocated)");
   };
   if (dev == nullptr || dev->mem.blocks.find(ptr) == dev->mem.blocks.end()) return missing();
+  if (dev->mem.blocks.find(ptr)->second.graph) {
+    return fail(c, status::invalid_value,
+                "freeing " + detail::sim::hex(ptr) +
+                    " with mem_free: it was allocated by a graph launch; free it with "
+                    "mem_free_async");
+  }
   auto synced = sync_device_locked(c, *dev, lk);
   if (!synced) return synced;
   auto it = dev->mem.blocks.find(ptr);  // the lock was released while draining
@@ -1401,6 +1627,7 @@ inline result<void*> SimDriver::mem_host_alloc_mapped(std::size_t bytes) noexcep
   constexpr Call c = Call::mem_host_alloc_mapped;
   Lock lk(mu_);
   if (auto e = enter_locked(c)) return *e;
+  if (auto e = unsafe_call_locked(c, "allocating mapped host memory")) return *e;
   auto d = current_device_locked(c);
   if (!d) return std::move(d).error();
   if (!cfg_.can_map_host_memory) {
@@ -1436,6 +1663,7 @@ inline result<void> SimDriver::mem_host_free(void* host) noexcept {
   constexpr Call c = Call::mem_host_free;
   Lock lk(mu_);
   if (auto e = enter_locked(c)) return *e;
+  if (auto e = unsafe_call_locked(c, "freeing mapped host memory")) return *e;
   auto d = current_device_locked(c);
   if (!d) return std::move(d).error();
   if (!host_.free(host)) {
@@ -1554,24 +1782,184 @@ inline result<void> SimDriver::launch_kernel(stream_t s, std::span<const SimAcce
   Stream& st = **sr;
   if (st.fault != 0) return fault_error(c, st);
   const std::uint32_t id = checker_.intern(label);
-  const OpRef ref = begin_op_locked(st, OpKind::kernel, Access::ReadWrite, id);
   auto k = std::make_unique<detail::sim::Kernel>();
   k->ptrs.reserve(accesses.size());
   k->bytes.reserve(accesses.size());
   for (const SimAccess& a : accesses) {
-    OpRef r = ref;
-    r.access = a.access;
-    check_locked(r, st.vc, a.ptr, a.bytes);
     k->ptrs.push_back(a.ptr);
     k->bytes.push_back(a.bytes);
   }
   k->body = std::move(body);
   Op op;
   op.kind = OpKind::kernel;
-  op.seq = ref.seq;
   op.kernel = std::move(k);
-  push_locked(st, std::move(op));
+  if (st.capture != nullptr) [[unlikely]] {
+    return capture_op_locked(c, st, std::move(op), Access::ReadWrite, accesses, id);
+  }
+  enqueue_on_locked(st, std::move(op), Access::ReadWrite, accesses, id);
   return ok();
+}
+
+// --- stream capture: bookkeeping ----------------------------------------------------------
+
+// Records a validated operation on a capturing stream as a node of its capture.
+inline result<void> SimDriver::capture_op_locked(Call c, Stream& st, Op op, Access a,
+                                                 std::span<const SimAccess> checks,
+                                                 std::uint32_t label) {
+  if (st.capture->invalidated != 0) return invalidated_error(c, st);
+  detail::sim::Node n;
+  n.kind = op.kind;
+  n.access = a;
+  n.label = label;
+  n.value = op.value;
+  n.dst = op.dst;
+  n.src = op.src;
+  n.bytes = op.bytes;
+  n.host = op.host;
+  n.chost = op.chost;
+  n.fn = op.fn;
+  n.kernel = std::move(op.kernel);
+  n.checks.assign(checks.begin(), checks.end());
+  record_node_locked(st, std::move(n));
+  return ok();
+}
+
+// Appends `n` to the capture of `st`, one more node of `st` on its capture clock.
+inline void SimDriver::record_node_locked(Stream& st, detail::sim::Node n) {
+  st.capture->data->nodes.push_back(std::move(n));
+  st.capture_vc.set(st.id, st.capture_vc.get(st.id) + 1);
+}
+
+inline error SimDriver::invalidated_error(Call c, const Stream& st) const {
+  return fail(c, status::stream_capture_invalidated,
+              "using stream " + std::to_string(st.id) + ", whose capture " +
+                  std::to_string(st.capture->id) + " was invalidated by an earlier " +
+                  status_name(st.capture->invalidated) +
+                  "; end it with stream_end_capture and capture again");
+}
+
+inline void SimDriver::invalidate_locked(Capture& cap, int s) {
+  if (cap.invalidated != 0) return;  // the first reason stands
+  cap.invalidated = s;
+  ++capture_stats_.captures_invalidated;
+}
+
+// A potentially unsafe call (cuThreadExchangeStreamCaptureMode's term): refused, with
+// every capture that forbids it invalidated, when the calling thread's mode is global
+// and a global-mode capture is underway on any thread, or its mode is not relaxed and a
+// capture not begun in relaxed mode is underway on this thread.
+inline std::optional<error> SimDriver::unsafe_call_locked(Call c, std::string_view what) {
+  if (captures_.empty()) [[likely]] return std::nullopt;
+  const CaptureMode mine = detail::sim::thread_capture_mode(serial_);
+  if (mine == CaptureMode::relaxed) return std::nullopt;
+  const std::thread::id me = std::this_thread::get_id();
+  std::string which;
+  for (const auto& cp : captures_) {
+    Capture& cap = *cp;
+    const bool own = cap.thread == me && cap.mode != CaptureMode::relaxed;
+    const bool global = mine == CaptureMode::global && cap.mode == CaptureMode::global;
+    if (!own && !global) continue;
+    invalidate_locked(cap, status::stream_capture_unsupported);
+    if (!which.empty()) which += ", ";
+    which += std::to_string(cap.id) + (own ? " (this thread's)" : " (another thread's, global)");
+  }
+  if (which.empty()) return std::nullopt;
+  return fail(c, status::stream_capture_unsupported,
+              std::string(what) + " during capture " + which + ", which the calling thread's " +
+                  std::string(detail::sim::to_string(mine)) +
+                  " capture mode forbids (the capture is invalidated); make the call before or "
+                  "after the capture, or between exchange_capture_mode(CaptureMode::relaxed) and "
+                  "the restoring exchange");
+}
+
+inline SimDriver::Capture* SimDriver::find_capture_locked(std::uint64_t id) const noexcept {
+  for (const auto& cp : captures_) {
+    if (cp->id == id) return cp.get();
+  }
+  return nullptr;
+}
+
+// Every member leaves the capture, which is forgotten (its events keep its id, so they
+// stay unusable to the host until recorded again).
+inline void SimDriver::end_capture_locked(Capture& cap) {
+  for (Stream* m : cap.members) {
+    m->capture = nullptr;
+    m->capture_vc = VectorClock{};
+  }
+  for (auto it = captures_.begin(); it != captures_.end(); ++it) {
+    if (it->get() == &cap) {
+      captures_.erase(it);
+      return;
+    }
+  }
+}
+
+// One holder of `g` is gone; with the last, its reservations go back. A graph
+// allocation that is live from the last launch keeps its range as an ordinary block.
+inline void SimDriver::release_graph_locked(detail::sim::GraphData& g) {
+  if (g.holders > 0 && --g.holders > 0) return;
+  for (detail::sim::GraphAlloc& a : g.allocs) {
+    if (a.rounded == 0) continue;
+    Device& dev = *a.device;
+    if (dev.ctx.generation == a.generation) {  // else the reset freed everything already
+      auto it = dev.mem.blocks.find(a.addr);
+      if (it != dev.mem.blocks.end() && it->second.graph) {
+        dev.mem.adopt_reserved(it);
+      } else {
+        dev.mem.release_reserved(a.addr - dev.mem.base, a.rounded);
+      }
+    }
+    a.rounded = 0;
+  }
+}
+
+// Enqueues the graph's nodes on `st`, in the order recorded, each checked there.
+inline void SimDriver::replay_locked(Stream& st, const detail::sim::GraphData& g) {
+  for (const detail::sim::Node& n : g.nodes) {
+    if (n.kind == OpKind::mem_alloc_async) {
+      const detail::sim::GraphAlloc& a = g.allocs[static_cast<std::size_t>(n.alloc)];
+      const OpRef ref = begin_op_locked(st, OpKind::mem_alloc_async, Access::Write);
+      if (cfg_.check_hazards) checker_.allocate(a.addr, a.requested, ref);
+      if (!a.freed_in_graph) {
+        a.device->mem.blocks.emplace(a.addr, detail::sim::Block{a.requested, a.rounded, true, true});
+      }
+      Op op;
+      op.kind = OpKind::mem_alloc_async;
+      op.seq = ref.seq;
+      op.dst = a.addr;
+      op.bytes = a.rounded;
+      push_locked(st, std::move(op));
+    } else if (n.kind == OpKind::mem_free_async && n.alloc >= 0) {
+      const detail::sim::GraphAlloc& a = g.allocs[static_cast<std::size_t>(n.alloc)];
+      const OpRef ref = begin_op_locked(st, OpKind::mem_free_async, Access::Write);
+      if (cfg_.check_hazards) {
+        checker_.free(a.addr, a.requested, ref, st.vc);
+        record_locked();
+      }
+      Op op;
+      op.kind = OpKind::mem_free_async;
+      op.seq = ref.seq;
+      op.dst = a.addr;
+      op.bytes = a.rounded;
+      push_locked(st, std::move(op));
+    } else if (n.kind == OpKind::mem_free_async) {  // memory from outside, live (checked)
+      Device& dev = *device_of(n.dst);
+      free_async_locked(st, dev, dev.mem.blocks.find(n.dst));
+      ++capture_stats_.replayed_frees_of_outside_memory;
+    } else {
+      Op op;
+      op.kind = n.kind;
+      op.dst = n.dst;
+      op.src = n.src;
+      op.bytes = n.bytes;
+      op.value = n.value;
+      op.host = n.host;
+      op.chost = n.chost;
+      op.fn = n.fn;
+      if (n.kernel) op.kernel = std::make_unique<detail::sim::Kernel>(*n.kernel);
+      enqueue_on_locked(st, std::move(op), n.access, n.checks, n.label);
+    }
+  }
 }
 
 // --- Driver concept: stream capture ----------------------------------------------------------
@@ -1581,7 +1969,10 @@ inline result<CaptureInfo> SimDriver::stream_capture_info(stream_t s) noexcept {
   if (auto e = enter_locked(Call::stream_capture_info)) return *e;
   auto sr = stream_locked(Call::stream_capture_info, s);
   if (!sr) return std::move(sr).error();
-  return CaptureInfo{};
+  const Capture* cap = (*sr)->capture;
+  if (cap == nullptr) return CaptureInfo{};
+  return CaptureInfo{cap->invalidated != 0 ? CaptureStatus::invalidated : CaptureStatus::active,
+                     cap->id};
 }
 
 inline result<CaptureMode> SimDriver::exchange_capture_mode(CaptureMode mode) noexcept {
@@ -1605,57 +1996,203 @@ inline result<void> SimDriver::ctx_synchronize() noexcept {
   constexpr Call c = Call::ctx_synchronize;
   Lock lk(mu_);
   if (auto e = enter_locked(c)) return *e;
+  if (auto e = unsafe_call_locked(c, "synchronising the context")) return *e;
   auto d = current_device_locked(c);
   if (!d) return std::move(d).error();
   return sync_device_locked(c, **d, lk);
 }
 
+// --- CapturingDriver concept ---------------------------------------------------------------------
+
 inline result<void> SimDriver::stream_begin_capture(stream_t s, CaptureMode mode) noexcept {
-  (void)s;
-  (void)mode;
+  constexpr Call c = Call::stream_begin_capture;
   Lock lk(mu_);
-  if (auto e = enter_locked(Call::stream_begin_capture)) return *e;
-  return fail(Call::stream_begin_capture, status::not_supported,
-              "beginning a capture: the simulator does not model stream capture yet");
+  if (auto e = enter_locked(c)) return *e;
+  auto sr = stream_locked(c, s);
+  if (!sr) return std::move(sr).error();
+  Stream& st = **sr;
+  if (st.legacy) {
+    return fail(c, status::stream_capture_unsupported,
+                "beginning a capture on the legacy default stream; capture on a stream from "
+                "stream_create");
+  }
+  if (mode != CaptureMode::global && mode != CaptureMode::per_thread &&
+      mode != CaptureMode::relaxed) {
+    return fail(c, status::invalid_value,
+                "beginning a capture in mode " + std::to_string(static_cast<int>(mode)) +
+                    ": pass a named CaptureMode");
+  }
+  if (st.capture != nullptr) {
+    return fail(c, status::illegal_state,
+                "beginning a capture on stream " + std::to_string(st.id) +
+                    ", which is already capturing (capture " + std::to_string(st.capture->id) +
+                    "); end that capture first");
+  }
+  if (st.fault != 0) return fault_error(c, st);
+  auto cap = std::make_unique<Capture>();
+  cap->id = detail::sim::next_capture_id();
+  cap->mode = mode;
+  cap->thread = std::this_thread::get_id();
+  cap->origin = &st;
+  cap->members.push_back(&st);
+  st.capture = cap.get();
+  st.capture_vc = VectorClock{};
+  captures_.push_back(std::move(cap));
+  ++capture_stats_.captures_begun;
+  return ok();
 }
 
 inline result<SimDriver::graph_t> SimDriver::stream_end_capture(stream_t s) noexcept {
+  constexpr Call c = Call::stream_end_capture;
   Lock lk(mu_);
-  if (auto e = enter_locked(Call::stream_end_capture)) return *e;
-  auto sr = stream_locked(Call::stream_end_capture, s);
+  if (auto e = enter_locked(c)) return *e;
+  auto sr = stream_locked(c, s);
   if (!sr) return std::move(sr).error();
-  return fail(Call::stream_end_capture, status::illegal_state,
-              "ending a capture on a stream that is not capturing");
+  Stream& st = **sr;
+  if (st.capture == nullptr) {
+    return fail(c, status::illegal_state,
+                "ending a capture on stream " + std::to_string(st.id) + ", which is not capturing");
+  }
+  Capture& cap = *st.capture;
+  if (&st != cap.origin) {
+    invalidate_locked(cap, status::stream_capture_unmatched);
+    return fail(c, status::stream_capture_unmatched,
+                "ending capture " + std::to_string(cap.id) + " on stream " + std::to_string(st.id) +
+                    ", which joined it (it began on stream " + std::to_string(cap.origin->id) +
+                    ", where it must end; it is now invalidated)");
+  }
+  if (cap.mode != CaptureMode::relaxed && cap.thread != std::this_thread::get_id()) {
+    return fail(c, status::stream_capture_wrong_thread,
+                "ending capture " + std::to_string(cap.id) + " on another thread than the one that "
+                    "began it in " + std::string(detail::sim::to_string(cap.mode)) +
+                    " mode; end it there, or begin it in relaxed mode");
+  }
+  int failed = cap.invalidated != 0 ? status::stream_capture_invalidated : 0;
+  std::string why = failed != 0 ? "capture " + std::to_string(cap.id) + " was invalidated by " +
+                                      status_name(cap.invalidated)
+                                : std::string();
+  if (failed == 0) {
+    for (const Stream* m : cap.members) {
+      if (cap.origin->capture_vc.get(m->id) >= m->capture_vc.get(m->id)) continue;
+      failed = status::stream_capture_unjoined;
+      why = "stream " + std::to_string(m->id) + " joined capture " + std::to_string(cap.id) +
+            " and recorded work the origin stream " + std::to_string(cap.origin->id) +
+            " never waited for; record an event on it after its work and make the origin wait "
+            "on that event before the end";
+      break;
+    }
+  }
+  std::shared_ptr<detail::sim::GraphData> data = cap.data;
+  end_capture_locked(cap);
+  if (failed != 0) {
+    release_graph_locked(*data);  // no holder: its reservations go back now
+    ++capture_stats_.captures_failed;
+    return fail(c, failed, why);
+  }
+  auto g = std::make_unique<detail::sim::Graph>();
+  g->owner = this;
+  g->data = std::move(data);
+  g->data->holders = 1;
+  graphs_.push_back(std::move(g));
+  ++capture_stats_.captures_ended;
+  return graphs_.back().get();
 }
 
 inline result<SimDriver::graph_exec_t> SimDriver::graph_instantiate(graph_t g) noexcept {
-  (void)g;
+  constexpr Call c = Call::graph_instantiate;
   Lock lk(mu_);
-  if (auto e = enter_locked(Call::graph_instantiate)) return *e;
-  return fail(Call::graph_instantiate, status::invalid_value, "instantiating a graph the simulator did not make");
+  if (auto e = enter_locked(c)) return *e;
+  if (g == nullptr || g->owner != this || !g->alive) {
+    return fail(c, status::invalid_value,
+                "instantiating a graph that is not a live graph of this simulator");
+  }
+  auto x = std::make_unique<detail::sim::GraphExec>();
+  x->owner = this;
+  x->data = g->data;
+  ++x->data->holders;
+  graph_execs_.push_back(std::move(x));
+  return graph_execs_.back().get();
 }
 
 inline result<void> SimDriver::graph_launch(graph_exec_t x, stream_t s) noexcept {
-  (void)x;
-  (void)s;
+  constexpr Call c = Call::graph_launch;
   Lock lk(mu_);
-  if (auto e = enter_locked(Call::graph_launch)) return *e;
-  return fail(Call::graph_launch, status::invalid_value, "launching a graph the simulator did not make");
+  if (auto e = enter_locked(c)) return *e;
+  if (x == nullptr || x->owner != this || !x->alive) {
+    return fail(c, status::invalid_value,
+                "launching an executable graph that is not a live one of this simulator");
+  }
+  auto sr = stream_locked(c, s);
+  if (!sr) return std::move(sr).error();
+  Stream& st = **sr;
+  if (st.fault != 0) return fault_error(c, st);
+  if (st.capture != nullptr) {
+    return fail(c, status::not_supported,
+                "launching a graph into capturing stream " + std::to_string(st.id) +
+                    ": child graphs are not modelled by the simulator");
+  }
+  const detail::sim::GraphData& g = *x->data;
+  for (const detail::sim::GraphAlloc& a : g.allocs) {
+    if (a.device->ctx.generation != a.generation) {
+      return fail(c, status::invalid_context,
+                  "launching a graph whose allocation at " + detail::sim::hex(a.addr) +
+                      " belonged to device " + std::to_string(a.device->ordinal) +
+                      "'s primary context, released since");
+    }
+    if (!a.freed_in_graph && a.device->mem.blocks.count(a.addr) != 0) {
+      return fail(c, status::invalid_value,
+                  "launching a graph whose allocation at " + detail::sim::hex(a.addr) +
+                      ", made by its previous launch, is still live; free it with "
+                      "mem_free_async before launching again");
+    }
+  }
+  for (const detail::sim::Node& n : g.nodes) {
+    if (n.kind != OpKind::mem_free_async || n.alloc >= 0) continue;
+    const Device* dev = device_of(n.dst);
+    bool live = false;
+    if (dev != nullptr) {
+      auto it = dev->mem.blocks.find(n.dst);
+      live = it != dev->mem.blocks.end() && it->second.pooled;
+    }
+    if (!live) {
+      return fail(c, status::invalid_value,
+                  "launching a graph that frees " + detail::sim::hex(n.dst) +
+                      ", memory allocated outside the graph that is no longer live: a captured "
+                      "free of outside memory frees it at every launch, and an earlier launch "
+                      "(or another free) has freed it");
+    }
+  }
+  replay_locked(st, g);
+  ++capture_stats_.graph_launches;
+  return ok();
 }
 
 inline result<void> SimDriver::graph_destroy(graph_t g) noexcept {
-  (void)g;
+  constexpr Call c = Call::graph_destroy;
   Lock lk(mu_);
-  if (auto e = enter_locked(Call::graph_destroy)) return *e;
-  return fail(Call::graph_destroy, status::invalid_value, "destroying a graph the simulator did not make");
+  if (auto e = enter_locked(c)) return *e;
+  if (g == nullptr || g->owner != this || !g->alive) {
+    return fail(c, status::invalid_value,
+                "destroying a graph that is not a live graph of this simulator (destroyed "
+                "already?)");
+  }
+  g->alive = false;
+  release_graph_locked(*g->data);
+  return ok();
 }
 
 inline result<void> SimDriver::graph_exec_destroy(graph_exec_t x) noexcept {
-  (void)x;
+  constexpr Call c = Call::graph_exec_destroy;
   Lock lk(mu_);
-  if (auto e = enter_locked(Call::graph_exec_destroy)) return *e;
-  return fail(Call::graph_exec_destroy, status::invalid_value,
-              "destroying an executable graph the simulator did not make");
+  if (auto e = enter_locked(c)) return *e;
+  if (x == nullptr || x->owner != this || !x->alive) {
+    return fail(c, status::invalid_value,
+                "destroying an executable graph that is not a live one of this simulator "
+                "(destroyed already?)");
+  }
+  x->alive = false;
+  release_graph_locked(*x->data);
+  return ok();
 }
 
 // --- simulator controls ----------------------------------------------------------------------
@@ -1752,13 +2289,19 @@ inline result<SimMemoryStats> SimDriver::memory_stats(device_t dev) const noexce
   return SimMemoryStats{
       static_cast<std::size_t>(memory_bytes_), static_cast<std::size_t>(x.mem.allocated),
       static_cast<std::size_t>(x.mem.pending), static_cast<std::size_t>(x.mem.quarantined),
-      static_cast<std::size_t>(x.mem.peak),    x.mem.blocks.size()};
+      static_cast<std::size_t>(x.mem.peak),    x.mem.blocks.size(),
+      static_cast<std::size_t>(x.mem.graph_reserved)};
+}
+
+inline SimCaptureStats SimDriver::capture_stats() const noexcept {
+  Lock lk(mu_);
+  return capture_stats_;
 }
 
 inline result<std::size_t> SimDriver::bytes_reserved(device_t dev) const noexcept {
   auto st = memory_stats(dev);
   if (!st) return std::move(st).error();
-  return st->allocated + st->free_pending;
+  return st->allocated + st->free_pending + st->graph_reserved;
 }
 
 inline result<std::uint64_t> SimDriver::release_threshold(mempool_t pool) const noexcept {

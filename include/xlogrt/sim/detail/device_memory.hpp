@@ -14,7 +14,12 @@
 // its oldest executed ranges to the free list when it holds more than its limits, and
 // all of them when an allocation would otherwise fail.
 //
-// Invariants: allocated = sum of live blocks' rounded sizes; pending + quarantined =
+// Graph allocations (sim/detail/capture.hpp) hold ranges of their own, taken with
+// reserve() and counted in `graph_reserved` until release_reserved(); a launch makes such
+// a range a live block marked `graph`, which is not counted in `allocated` (its range is
+// still the graph's), unless adopt_reserved() hands it over for good.
+//
+// Invariants: allocated = sum of live non-graph blocks' rounded sizes; pending + quarantined =
 // sum of recycled ranges' sizes, split by `executed`; quarantined_blocks = the number of
 // executed recycled ranges; peak >= allocated. The byte fills (uninitialised and
 // poison) are the driver's, which knows the configuration; this is bookkeeping only.
@@ -39,6 +44,7 @@ struct Block {
   std::uint64_t requested = 0;
   std::uint64_t rounded = 0;
   bool pooled = false;  // from mem_alloc_async (true) or mem_alloc
+  bool graph = false;   // a graph allocation made live by a launch: its range stays the graph's
 };
 
 /// A freed range not yet returned to the free list: its free is pending (`executed`
@@ -64,6 +70,7 @@ struct DeviceMemory {
   std::uint64_t quarantined = 0;
   std::uint64_t quarantined_blocks = 0;
   std::uint64_t peak = 0;
+  std::uint64_t graph_reserved = 0;  // ranges held by graph allocations
 
   /// The offset for a new block of `need` bytes, for an allocation whose clock is `vc`:
   /// first a recycled range whose free is ordered before it (newest first), then the
@@ -85,6 +92,34 @@ struct DeviceMemory {
     if (auto off = space.allocate(need)) return off;
     trim_quarantine(0, 0);
     return space.allocate(need);
+  }
+
+  /// A range of `need` bytes for a graph allocation, kept out of reuse until
+  /// release_reserved(). From the free list only: a recycled range is ordered after its
+  /// free for the capturing stream, not for every stream the graph may be launched on.
+  std::optional<std::uint64_t> reserve(std::uint64_t need) {
+    auto off = space.allocate(need);
+    if (!off) {
+      trim_quarantine(0, 0);
+      off = space.allocate(need);
+    }
+    if (off) graph_reserved += need;
+    return off;
+  }
+
+  /// The graph holding [offset, offset + bytes) is gone: the range is free again.
+  void release_reserved(std::uint64_t offset, std::uint64_t bytes) {
+    space.release(offset, bytes);
+    graph_reserved -= bytes;
+  }
+
+  /// The graph holding a range is gone while the range is live (a block marked graph):
+  /// the block keeps it, as an ordinary allocation from now on.
+  void adopt_reserved(Blocks::iterator it) {
+    it->second.graph = false;
+    graph_reserved -= it->second.rounded;
+    allocated += it->second.rounded;
+    peak = std::max(peak, allocated);
   }
 
   /// Records the block at `addr`, taken by allocate().
@@ -148,7 +183,7 @@ struct DeviceMemory {
     blocks.clear();
     recycled.clear();
     space.reset();
-    allocated = pending = quarantined = quarantined_blocks = 0;
+    allocated = pending = quarantined = quarantined_blocks = graph_reserved = 0;
   }
 };
 

@@ -35,6 +35,7 @@ using KernelBody = std::function<void(std::span<std::byte* const>)>;
 
 struct Device;
 struct Stream;
+struct Capture;
 struct Graph;
 struct GraphExec;
 
@@ -94,6 +95,8 @@ struct Stream {
   std::deque<Op> queue;
   VectorClock vc;  // clock of the last enqueued operation
   std::uint64_t host_version = 0;
+  Capture* capture = nullptr;  // the capture it records into (sim/detail/capture.hpp); null: none
+  VectorClock capture_vc;      // its capture clock, while it records into one
 };
 
 struct Event {
@@ -101,9 +104,11 @@ struct Event {
   Device* device = nullptr;
   std::uint64_t generation = 0;
   bool alive = true;
-  Stream* stream = nullptr;  // of the latest record; null: never recorded
+  Stream* stream = nullptr;  // of the latest record; null: never recorded, or recorded in a capture
   std::uint64_t seq = 0;
   VectorClock vc;
+  std::uint64_t capture_id = 0;  // the capture its latest record was made in; 0: none
+  VectorClock capture_vc;        // the recording stream's capture clock then
 };
 
 /// A device: its memory, its primary context and default pool, and its legacy stream.
