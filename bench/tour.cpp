@@ -61,7 +61,7 @@ void print_stack(const Runtime& rt, const char* driver_type) {
   std::printf("  stack: Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda<%s>>>, FileSink>>>\n"
               "         (DefaultStack%s: outermost first; it tracks cross-stream uses)\n",
               driver_type, std::is_same_v<D, CudaDriver> ? "" : "On<SimDriver>, the default stack on the simulator");
-  const auto budget = device_budget(rt.device_ordinal());
+  const auto budget = device_budget(rt.driver(), rt.device_ordinal());
   if (budget && budget->limit != static_cast<std::size_t>(-1)) {
     std::printf("  budget: %s for ordinal %u (XLOGRT_BUDGET_BYTES)\n", size(budget->limit).c_str(),
                 rt.device_ordinal());

@@ -29,6 +29,7 @@
 #include "xlogrt/resource/any_resource.hpp"
 #include "xlogrt/resource/async_cuda.hpp"
 #include "xlogrt/resource/budget.hpp"
+#include "xlogrt/resource/budget_ledger.hpp"
 #include "xlogrt/resource/cached.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/debug_guard.hpp"

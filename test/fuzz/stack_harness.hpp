@@ -170,8 +170,8 @@ class Harness {
   static constexpr bool async_base = detail::has_layer<AsyncCuda, Stack>();
 
   explicit Harness(std::uint64_t seed) : sim_(sim_config(seed)) {
-    auto in = device_budget(0);
-    XF_CHECK(in.has_value(), "device_budget(0)");
+    auto in = device_budget(sim_, 0);
+    XF_CHECK(in.has_value(), "device_budget(sim, 0)");
     base_in_use_ = in->in_use;
   }
 
@@ -404,7 +404,7 @@ class Harness {
 
   void set_budget(std::size_t limit) {
     trace("budget " + std::to_string(limit));
-    XF_CHECK(set_device_budget(0, limit).has_value(), "set_device_budget");
+    XF_CHECK(set_device_budget(sim_, 0, limit).has_value(), "set_device_budget");
     check("set_device_budget");
   }
 
@@ -502,7 +502,7 @@ class Harness {
     // The reactor first: it holds the stream pool. Waits still armed are cancelled; the
     // host functions they leave in the streams run below, and free their tickets.
     waits_.reset();
-    XF_CHECK(clear_device_budget(0).has_value(), "clear_device_budget");
+    XF_CHECK(clear_device_budget(sim_, 0).has_value(), "clear_device_budget");
     if (stack_) {
       trace("finish");
       while (!held_.empty()) {
@@ -536,7 +536,7 @@ class Harness {
              "the device still holds " + std::to_string(st->live_blocks) + " blocks, " +
                  std::to_string(st->allocated) + " bytes allocated and " + std::to_string(st->free_pending) +
                  " pending after the stack is gone");
-    auto in = device_budget(0);
+    auto in = device_budget(sim_, 0);
     XF_CHECK(in->in_use == base_in_use_,
              "the budget of ordinal 0 has " + std::to_string(in->in_use) + " bytes in use, " +
                  std::to_string(base_in_use_) + " before");
@@ -703,7 +703,7 @@ class Harness {
     }
     if constexpr (budgeted) {
       auto* bl = find_layer<Budget>(*stack_);
-      const std::size_t in_use = device_budget(0)->in_use - base_in_use_;
+      const std::size_t in_use = device_budget(sim_, 0)->in_use - base_in_use_;
       const std::size_t layer = bl->bytes_outstanding();
       XF_CHECK(in_use >= layer, "the budget has " + std::to_string(in_use) + " bytes in use, its layer holds " +
                                     std::to_string(layer) + where);

@@ -33,7 +33,7 @@ TEMPLATE_LIST_TEST_CASE("a driver failure is returned, named, and changes no acc
   SimDriver sim{SimConfig{}};
   Rig<TestType> rig(sim);
   auto& r = *rig.stack;
-  const auto before = device_budget(0)->in_use;
+  const auto before = device_budget(sim, 0)->in_use;
   REQUIRE(sim.fail_nth(TestType::alloc_call, 1, status::out_of_memory).has_value());
   auto failed = r.allocate(4096, StreamId{1}, AllocTag::UNTAGGED);
   REQUIRE_FALSE(failed);
@@ -41,7 +41,7 @@ TEMPLATE_LIST_TEST_CASE("a driver failure is returned, named, and changes no acc
   CHECK(failed.error().driver_status() == status::out_of_memory);
   CHECK(failed.error().message().find(TestType::alloc_call) != std::string::npos);
   CHECK(r.bytes_outstanding() == 0);
-  CHECK(device_budget(0)->in_use == before);
+  CHECK(device_budget(sim, 0)->in_use == before);
 
   auto b = r.allocate(4096, StreamId{1}, AllocTag::UNTAGGED);
   REQUIRE(b.has_value());
@@ -60,5 +60,5 @@ TEMPLATE_LIST_TEST_CASE("a driver failure is returned, named, and changes no acc
   REQUIRE(r.reap_pending().has_value());
   CHECK(r.bytes_outstanding() == 0);
   // A caching layer keeps the freed block, and a Budget below it still charges it.
-  if constexpr (!TestType::caches) CHECK(device_budget(0)->in_use == before);
+  if constexpr (!TestType::caches) CHECK(device_budget(sim, 0)->in_use == before);
 }

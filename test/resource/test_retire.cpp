@@ -83,14 +83,14 @@ TEST_CASE("the budget credits a free the device has reached without synchronisin
   auto x = b.allocate(8192, StreamId{0}, AllocTag{});
   REQUIRE(x.has_value());
   REQUIRE(b.deallocate(std::move(*x)).has_value());
-  CHECK(device_budget(0)->in_use == 8192);  // queued: the device still holds it
+  CHECK(device_budget(rig.sim, 0)->in_use == 8192);  // queued: the device still holds it
   rig.sim.run_until_idle();                 // the device reaches the free
   auto y = b.allocate(8192, StreamId{1}, AllocTag{});
   REQUIRE(y.has_value());
   CHECK(rig.sim.calls("cuStreamSynchronize") == 0);  // seen by an event query, not a reap
-  CHECK(device_budget(0)->in_use == 8192);
+  CHECK(device_budget(rig.sim, 0)->in_use == 8192);
   CHECK(b.pending_credit() == 0);
   REQUIRE(b.deallocate(std::move(*y)).has_value());
   REQUIRE(b.reap_pending().has_value());
-  CHECK(device_budget(0)->in_use == 0);
+  CHECK(device_budget(rig.sim, 0)->in_use == 0);
 }

@@ -84,12 +84,12 @@ TEST_CASE("DebugGuard on SimDriver: a kernel writing past the end on another str
 
 TEST_CASE("Budget over AsyncCuda on SimDriver: 8 threads never make the device hold more than the budget",
           "[sim][budget][threads]") {
-  constexpr std::uint32_t ordinal = 1;  // the process-wide budget of ordinal 1 is this test's
+  constexpr std::uint32_t ordinal = 1;
   constexpr std::size_t limit = 256 * 1024;
   SimDriver sim{SimConfig{}};
   Rig<Entry<Budget<AsyncCuda<SimDriver>>>> rig(sim, ordinal);
   auto& b = *rig.stack;
-  REQUIRE(set_device_budget(ordinal, limit).has_value());
+  REQUIRE(set_device_budget(sim, ordinal, limit).has_value());
   auto dev = sim.device_get(static_cast<int>(ordinal));
   REQUIRE(dev.has_value());
 
@@ -137,8 +137,7 @@ TEST_CASE("Budget over AsyncCuda on SimDriver: 8 threads never make the device h
   CHECK(max_reserved <= limit);
   REQUIRE(b.reap_pending().has_value());
   CHECK(b.bytes_outstanding() == 0);
-  CHECK(device_budget(ordinal)->in_use == 0);
-  REQUIRE(clear_device_budget(ordinal).has_value());
+  CHECK(device_budget(sim, ordinal)->in_use == 0);
 }
 
 TEST_CASE("the default stack with XLOGRT_CACHE=thread_block_bytes=0 keeps no thread bins: blocks go through the depots",

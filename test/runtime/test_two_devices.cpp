@@ -63,10 +63,10 @@ struct Accounting {
 };
 
 template <class Stack>
-Accounting accounting_of(const Stack& s) {
+Accounting accounting_of(const SimDriver& sim, const Stack& s) {
   Accounting a;
   a.outstanding = s.bytes_outstanding();
-  auto u = device_budget(s.device_ordinal());
+  auto u = device_budget(sim, s.device_ordinal());
   REQUIRE(u.has_value());
   a.budget_in_use = u->in_use;
   a.budget_limit = u->limit;
@@ -99,7 +99,7 @@ void expect_foreign(const result<void>& r, const char* what) {
 /// and tag), quiet on its alloc stream, so that only the table's owner tells them apart.
 template <class Stack>
 void refuse_foreign(SimDriver& sim, Stack& s0, Stack& s1) {
-  const Accounting start0 = accounting_of(s0), start1 = accounting_of(s1);
+  const Accounting start0 = accounting_of(sim, s0), start1 = accounting_of(sim, s1);
   auto twin = s1.allocate(4096, StreamId{1}, AllocTag{7});
   REQUIRE(twin.has_value());
   auto b = s0.allocate(4096, StreamId{1}, AllocTag{7});
@@ -108,7 +108,7 @@ void refuse_foreign(SimDriver& sim, Stack& s0, Stack& s1) {
   REQUIRE(twin->device_ordinal() == 1);
   const DeviceBlock copy{b->ptr(), b->bytes(), b->alloc_stream(), b->device_ordinal(), b->tag(), b->id()};
 
-  const Accounting before0 = accounting_of(s0), before1 = accounting_of(s1);
+  const Accounting before0 = accounting_of(sim, s0), before1 = accounting_of(sim, s1);
   const Calls calls = calls_of(sim);
 
   expect_foreign(s1.deallocate(std::move(*b)), "deallocate through ordinal 1");
@@ -127,8 +127,8 @@ void refuse_foreign(SimDriver& sim, Stack& s0, Stack& s1) {
       }
     }
   }
-  CHECK(accounting_of(s0) == before0);
-  CHECK(accounting_of(s1) == before1);
+  CHECK(accounting_of(sim, s0) == before0);
+  CHECK(accounting_of(sim, s1) == before1);
   CHECK(calls_of(sim) == calls);
   CHECK(sim.hazards().empty());
 
@@ -142,14 +142,6 @@ void refuse_foreign(SimDriver& sim, Stack& s0, Stack& s1) {
   CHECK(s1.bytes_outstanding() == start1.outstanding);
   CHECK(sim.hazards().empty());
 }
-
-/// Clears both ordinals' budgets when a test ends, however it ends.
-struct ClearBudgets {
-  ~ClearBudgets() {
-    (void)clear_device_budget(0);
-    (void)clear_device_budget(1);
-  }
-};
 
 /// A stack type whose StackBuilder builds it on the other ordinal's pool, as a mistaken
 /// specialisation would: try_get must refuse it, not run it (issue #28, finding 6).
@@ -301,17 +293,16 @@ TEST_CASE("a block of ordinal 0 is foreign to ordinal 1's default runtime", "[tw
 
 TEST_CASE("budgets are per ordinal", "[two_devices][budget]") {
   SimDriver sim{SimConfig{}};
-  ClearBudgets clear_at_end;
   constexpr std::size_t MiB = std::size_t{1} << 20;
   Rig<Entry<Budget<AsyncCuda<SimDriver>>>> b0(sim, 0), b1(sim, 1);
   Rig<Entry<DefaultStackOn<SimDriver>>> d0(sim, 0), d1(sim, 1);
-  // What other tests' runtimes still hold (a cache's blocks stay charged) is in use.
-  const BudgetUsage start0 = *device_budget(0), start1 = *device_budget(1);
+  // The machine's ledgers are this test's own: nothing is in use on them yet.
+  const BudgetUsage start0 = *device_budget(sim, 0), start1 = *device_budget(sim, 1);
   const std::size_t limit0 = start0.in_use + 2 * MiB, limit1 = start1.in_use + 20 * MiB;
 
-  REQUIRE(set_device_budget(0, limit0).has_value());
-  CHECK(device_budget(1)->limit == start1.limit);  // setting ordinal 0's left ordinal 1's alone
-  CHECK(device_budget(0)->limit == limit0);
+  REQUIRE(set_device_budget(sim, 0, limit0).has_value());
+  CHECK(device_budget(sim, 1)->limit == start1.limit);  // setting ordinal 0's left ordinal 1's alone
+  CHECK(device_budget(sim, 0)->limit == limit0);
 
   // Ordinal 0 exhausted, through both stacks on it (they share its budget).
   auto x = b0.stack->allocate(MiB, StreamId{0}, AllocTag{1});
@@ -325,19 +316,19 @@ TEST_CASE("budgets are per ordinal", "[two_devices][budget]") {
   };
   refused_by_budget(b0.stack->allocate(MiB, StreamId{0}, AllocTag{1}), "ordinal 0");
   refused_by_budget(d0.stack->allocate(MiB, StreamId{0}, AllocTag{1}), "ordinal 0");
-  CHECK(device_budget(0)->in_use == start0.in_use + 2 * MiB);
+  CHECK(device_budget(sim, 0)->in_use == start0.in_use + 2 * MiB);
 
   // Ordinal 1 still allocates, far beyond ordinal 0's limit, and counts only its own.
   auto big1 = b1.stack->allocate(8 * MiB, StreamId{0}, AllocTag{1});
   auto big2 = d1.stack->allocate(8 * MiB, StreamId{0}, AllocTag{1});
   REQUIRE(big1.has_value());
   REQUIRE(big2.has_value());
-  CHECK(device_budget(1)->in_use == start1.in_use + 16 * MiB);
-  CHECK(device_budget(0)->in_use == start0.in_use + 2 * MiB);
+  CHECK(device_budget(sim, 1)->in_use == start1.in_use + 16 * MiB);
+  CHECK(device_budget(sim, 0)->in_use == start0.in_use + 2 * MiB);
 
   // A limit on ordinal 1 leaves ordinal 0's as it was, and binds ordinal 1 alone.
-  REQUIRE(set_device_budget(1, limit1).has_value());
-  CHECK(device_budget(0)->limit == limit0);
+  REQUIRE(set_device_budget(sim, 1, limit1).has_value());
+  CHECK(device_budget(sim, 0)->limit == limit0);
   refused_by_budget(b1.stack->allocate(8 * MiB, StreamId{0}, AllocTag{1}), "ordinal 1");
   auto fits1 = d1.stack->allocate(4 * MiB, StreamId{0}, AllocTag{1});
   REQUIRE(fits1.has_value());
@@ -345,7 +336,7 @@ TEST_CASE("budgets are per ordinal", "[two_devices][budget]") {
   // Freeing on ordinal 1 makes no room on ordinal 0.
   REQUIRE(b1.stack->deallocate(std::move(*big1)).has_value());
   REQUIRE(b1.stack->reap_pending().has_value());
-  CHECK(device_budget(1)->in_use == start1.in_use + 12 * MiB);
+  CHECK(device_budget(sim, 1)->in_use == start1.in_use + 12 * MiB);
   refused_by_budget(b0.stack->allocate(MiB, StreamId{0}, AllocTag{1}), "ordinal 0");
 
   REQUIRE(b0.stack->deallocate(std::move(*x)).has_value());
@@ -356,8 +347,8 @@ TEST_CASE("budgets are per ordinal", "[two_devices][budget]") {
   find_layer<Cached>(*d1.stack)->trim();
   for (auto* s : {&*b0.stack, &*b1.stack}) REQUIRE(s->reap_pending().has_value());
   for (auto* s : {&*d0.stack, &*d1.stack}) REQUIRE(s->reap_pending().has_value());
-  CHECK(device_budget(0)->in_use == start0.in_use);
-  CHECK(device_budget(1)->in_use == start1.in_use);
+  CHECK(device_budget(sim, 0)->in_use == start0.in_use);
+  CHECK(device_budget(sim, 1)->in_use == start1.in_use);
 }
 
 TEST_CASE("the hazard checker across devices", "[two_devices][hazard]") {

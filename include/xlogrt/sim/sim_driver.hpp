@@ -154,6 +154,12 @@ class SimDriver {
   /// DeviceRuntime::try_get for stacks over SimDriver. Thread-safe.
   static result<SimDriver*> open() noexcept;
 
+  /// This machine's number: unique in the process, never reused (a SimDriver built
+  /// later, at the same address or not, gets another) and never 0. State kept per
+  /// machine above the driver, the budget ledger's, is keyed by it, so a new machine
+  /// never inherits an old one's.
+  std::uint64_t machine_serial() const noexcept { return serial_; }
+
   // --- Driver concept ----------------------------------------------------------------
 
   result<int> device_count() noexcept;
