@@ -287,7 +287,8 @@ int main(int argc, char** argv) {
       using Base = Cached<Budget<AsyncCuda<SimDriver>>>;
       auto base = check(AsyncCuda<SimDriver>::create(pool), "creating AsyncCuda");
       Base off(Budget<AsyncCuda<SimDriver>>(std::move(base)), CachedOptions{.enabled = false});
-      return Stack(Logging<Base, FileSink>(std::move(off), FileSink{}));
+      using Logged = Logging<Base, FileSink>;
+      return Stack(GraphPools<Logged>(Logged(std::move(off), FileSink{})));
     });
     const double r = ratio(on.at.held, on.peak_live);
     std::printf("footprint %s: peak live %zu B, peak held %zu B, held/live %.4f\n", path.c_str(), on.peak_live,

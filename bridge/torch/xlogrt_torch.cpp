@@ -252,7 +252,8 @@ int xlogrt_torch_release_pool(int device, uint64_t pool_first, uint64_t pool_sec
   Resource* r = resource(device);
   if (r == nullptr) return -1;
   auto done = xlogrt::find_layer<xlogrt::GraphPools>(r->runtime().stack())->release_pool({pool_first, pool_second});
-  if (!done) return set_error(done.error().what()), -1;
+  // torch may release a pool it never allocated to (a MemPool never used): nothing to do.
+  if (!done && done.error().code() != xlogrt::errc::invalid_argument) return set_error(done.error().what()), -1;
   return 0;
 }
 

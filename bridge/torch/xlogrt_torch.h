@@ -123,7 +123,8 @@ XLOGRT_TORCH_API int xlogrt_torch_flush_log(int device);
  * filter(filter_ctx, stream) returns nonzero comes from the graph pool `pool` (filter NULL:
  * every capturing stream); the caller keeps filter_ctx alive until end returns. release:
  * one use of the pool ended (a graph destroyed); the pool's memory goes back once every
- * use has ended. Each returns 0, or -1 (last_error says). */
+ * use has ended; releasing a pool with no use (one torch never allocated to) does nothing.
+ * Each returns 0, or -1 (last_error says). */
 typedef int (*xlogrt_torch_stream_filter)(void* filter_ctx, xlogrt_torch_stream stream);
 XLOGRT_TORCH_API int xlogrt_torch_begin_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second,
                                                          xlogrt_torch_stream_filter filter, void* filter_ctx);

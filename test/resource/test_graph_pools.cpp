@@ -44,6 +44,10 @@ TEST_CASE("a capture through the default stack allocates from a graph pool that 
   CHECK(during.live_blocks == 1);  // the graph's output; its temporary is back in the pool
   CHECK(during.held_bytes >= TEMP + OUT);
   CHECK(eager_bytes_changed(sim, stack, cs, g, 20) == 0);
+  const SimCaptureStats cap = sim.capture_stats();
+  CHECK(cap.captures_invalidated == 0);
+  CHECK(cap.graph_alloc_nodes == 0);  // nothing the stack did became part of the graph
+  CHECK(cap.graph_free_nodes == 0);
 
   // The graph goes, and its pool's memory with it once the output is freed too.
   REQUIRE(sim.graph_exec_destroy(g.exec).has_value());
@@ -115,6 +119,7 @@ TEST_CASE("an eager free during a capture is deferred until the capture ends", "
   CHECK(layer.graph_stats().deferred_frees == 1);
   CHECK(sim.calls("cuMemFreeAsync") == frees_before);  // nothing went into the graph
   REQUIRE(stack.reap_pending().has_value());            // legal, and leaves the capture alone
+  CHECK(sim.capture_stats().graph_free_nodes == 0);
   auto graph = sim.stream_end_capture(*h);
   REQUIRE(graph.has_value());
   REQUIRE(layer.end_allocate_to_pool(pool).has_value());

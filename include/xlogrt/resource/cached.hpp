@@ -68,7 +68,8 @@
 // byte the device holds for the stack, the cached ones included, and a request the
 // budget refuses trims the cache and tries again. Under Statistics and Logging: those
 // see and record every allocation the users make, hits included. The default stack is
-// Statistics<Logging<Cached<Budget<AsyncCuda>>>>.
+// Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda>>>>>: what a stream capture
+// allocates is served by GraphPools and never reaches this layer.
 //
 // Accounting. bytes_outstanding() is the upstream's less the cached bytes: what the
 // users hold plus the upstream's queued frees. The device memory the stack holds is
