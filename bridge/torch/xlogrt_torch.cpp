@@ -86,6 +86,13 @@ Resource* resource(int device) noexcept {
   return r;
 }
 
+/// The GraphPools layer of `device`'s stack, built on first use. Null (with the error
+/// set) when the device has no runtime.
+auto* graph_pools(int device) noexcept {
+  Resource* r = resource(device);
+  return r != nullptr ? xlogrt::find_layer<xlogrt::GraphPools>(r->runtime().stack()) : nullptr;
+}
+
 /// The device pools the stack allocates from: the default one, and the small blocks' own
 /// (null when the stack has none).
 std::array<CUmemoryPool, 2> pools(Runtime& rt) {
@@ -225,9 +232,9 @@ int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
 
 int xlogrt_torch_begin_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second,
                                         xlogrt_torch_stream_filter filter, void* filter_ctx) {
-  Resource* r = resource(device);
-  if (r == nullptr) return -1;
-  auto& layer = *xlogrt::find_layer<xlogrt::GraphPools>(r->runtime().stack());
+  auto* graphs = graph_pools(device);
+  if (graphs == nullptr) return -1;
+  auto& layer = *graphs;
   Filter admit;
   if (filter != nullptr) {
     admit = [&layer, filter, filter_ctx](xlogrt::StreamId s) {
@@ -241,17 +248,17 @@ int xlogrt_torch_begin_allocate_to_pool(int device, uint64_t pool_first, uint64_
 }
 
 int xlogrt_torch_end_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second) {
-  Resource* r = resource(device);
-  if (r == nullptr) return -1;
-  auto done = xlogrt::find_layer<xlogrt::GraphPools>(r->runtime().stack())->end_allocate_to_pool({pool_first, pool_second});
+  auto* graphs = graph_pools(device);
+  if (graphs == nullptr) return -1;
+  auto done = graphs->end_allocate_to_pool({pool_first, pool_second});
   if (!done) return set_error(done.error().what()), -1;
   return 0;
 }
 
 int xlogrt_torch_release_pool(int device, uint64_t pool_first, uint64_t pool_second) {
-  Resource* r = resource(device);
-  if (r == nullptr) return -1;
-  auto done = xlogrt::find_layer<xlogrt::GraphPools>(r->runtime().stack())->release_pool({pool_first, pool_second});
+  auto* graphs = graph_pools(device);
+  if (graphs == nullptr) return -1;
+  auto done = graphs->release_pool({pool_first, pool_second});
   // torch may release a pool it never allocated to (a MemPool never used): nothing to do.
   if (!done && done.error().code() != xlogrt::errc::invalid_argument) return set_error(done.error().what()), -1;
   return 0;

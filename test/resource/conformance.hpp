@@ -57,6 +57,7 @@ template <class F>
 void conformance_suite(typename F::driver& drv) {
   using Stack = typename F::type;
   STATIC_REQUIRE(DeviceMemoryResource<Stack>);
+  INFO("stack: " << F::name);  // Catch2 names a template list's cases by index only
   Rig<F> rig(drv);
   Stack& r = *rig.stack;
   const std::size_t start = r.bytes_outstanding();

@@ -30,6 +30,7 @@ TEMPLATE_LIST_TEST_CASE("resource conformance on SimDriver", "[conformance]", Al
 
 TEMPLATE_LIST_TEST_CASE("a driver failure is returned, named, and changes no accounting",
                         "[conformance]", AllStacks<SimDriver>) {
+  INFO("stack: " << TestType::name);
   SimDriver sim{SimConfig{}};
   Rig<TestType> rig(sim);
   auto& r = *rig.stack;

@@ -267,6 +267,7 @@ TEST_CASE("owned runtimes on both devices of one SimDriver allocate each from it
 
 TEMPLATE_LIST_TEST_CASE("a block of ordinal 0 is foreign to ordinal 1's stack", "[two_devices][foreign]",
                         ForeignStacks) {
+  INFO("stack: " << TestType::name);
   SimDriver sim{SimConfig{}};
   Rig<TestType> r0(sim, 0), r1(sim, 1);
   refuse_foreign(sim, *r0.stack, *r1.stack);

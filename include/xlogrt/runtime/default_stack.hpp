@@ -35,7 +35,7 @@ namespace xlogrt {
 ///   (a graph pool's: the blocks it takes and gives back);
 /// - Cached: freed blocks kept on the host and handed out again without a driver call
 ///   (XLOGRT_CACHE=0: off, every call goes to the pool);
-/// - Budget: the per-ordinal byte budget, from XLOGRT_BUDGET_BYTES (unset: no limit),
+/// - Budget: the device's byte budget, from XLOGRT_BUDGET_BYTES (unset: no limit),
 ///   charging every byte the stack holds, cached ones included;
 /// - AsyncCuda: stream-ordered allocation from the device's pool with cross-stream use
 ///   tracking, its release threshold at the maximum (the pool keeps what the cache gives
