@@ -77,7 +77,10 @@ XLOGRT_TORCH_API int xlogrt_torch_install_hooks(int record_stream) {
           std::lock_guard lock(g_filters_mu);
           g_filters.emplace(WindowKey{device, pool}, std::move(held));
         }
-        TORCH_CHECK(xlogrt_torch_begin_allocate_to_pool(device, pool.first, pool.second, &call_filter, ctx) == 0,
+        // torch has made the capture stream current and has not begun capturing on it yet.
+        const cudaStream_t capture_stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+        TORCH_CHECK(xlogrt_torch_begin_allocate_to_pool(device, pool.first, pool.second, capture_stream, &call_filter,
+                                                        ctx) == 0,
                     "xlogrt: beginning a graph pool's capture window failed: ", xlogrt_torch_last_error());
       });
   current->set_end_allocate_to_pool_fn([](int device, c10::cuda::MempoolId_t pool) {

@@ -121,12 +121,16 @@ XLOGRT_TORCH_API int xlogrt_torch_flush_log(int device);
  * and release pool), over the device's GraphPools layer. `pool` is torch's MempoolId_t.
  * begin: until end with the same pool, an allocation on a stream for which
  * filter(filter_ctx, stream) returns nonzero comes from the graph pool `pool` (filter NULL:
- * every capturing stream); the caller keeps filter_ctx alive until end returns. release:
+ * every capturing stream); the caller keeps filter_ctx alive until end returns.
+ * `capture_stream` (torch's current stream when it begins a capture; NULL: none) is adopted
+ * now: a stream's id cannot be read once it captures, and a stream first seen during a
+ * capture is refused. release:
  * one use of the pool ended (a graph destroyed); the pool's memory goes back once every
  * use has ended; releasing a pool with no use (one torch never allocated to) does nothing.
  * Each returns 0, or -1 (last_error says). */
 typedef int (*xlogrt_torch_stream_filter)(void* filter_ctx, xlogrt_torch_stream stream);
 XLOGRT_TORCH_API int xlogrt_torch_begin_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second,
+                                                         xlogrt_torch_stream capture_stream,
                                                          xlogrt_torch_stream_filter filter, void* filter_ctx);
 XLOGRT_TORCH_API int xlogrt_torch_end_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second);
 XLOGRT_TORCH_API int xlogrt_torch_release_pool(int device, uint64_t pool_first, uint64_t pool_second);

@@ -3,6 +3,7 @@
 
 // Small value types of the public vocabulary: StreamId, AllocTag, BlockId, Access.
 
+#include <atomic>
 #include <compare>
 #include <cstdint>
 #include <functional>
@@ -48,6 +49,16 @@ struct BlockId {
     return std::to_string(owner) + "#" + std::to_string(index) + "." + std::to_string(generation);
   }
 };
+
+namespace detail {
+/// A new process-unique owner serial for the ids of a resource's blocks (BlockId::owner):
+/// one sequence for every kind of block table, so that no two tables, of whatever entry
+/// type, name their blocks with the same owner.
+inline std::uint32_t next_block_owner() noexcept {
+  static std::atomic<std::uint32_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace detail
 
 /// How enqueued work touches a block.
 enum class Access : std::uint8_t { Read = 1, Write = 2, ReadWrite = 3 };

@@ -14,6 +14,7 @@
 
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
+#include "xlogrt/device/capture_windows.hpp"
 #include "xlogrt/device/device.hpp"
 #include "xlogrt/driver/lifetime.hpp"
 
@@ -102,32 +103,38 @@ class alignas(64) StreamPool {
   /// invalid_argument when full; foreign_block for a stream of another device's context;
   /// the driver's error for a handle it does not know (a destroyed stream, a stream of
   /// another driver instance).
+  ///
+  /// Capture. cuStreamGetId is refused on a capturing stream (and breaks the capture), so
+  /// while a capture window is open (detail::capture_windows_open) a stream already in the
+  /// pool is found by its handle (its newest entry: a capture proves the stream alive), a
+  /// capturing stream not in the pool is refused with stream_misuse (adopt it before the
+  /// capture begins, as the PyTorch bridge does with torch's capture stream), and any
+  /// other new stream is adopted with the thread's capture mode relaxed.
   result<StreamId> adopt(stream_t s) noexcept {
+    if (detail::capture_windows_open()) [[unlikely]] return adopt_in_window(s);
+    return adopt_by_key(s);
+  }
+
+  /// A new non-blocking stream that the pool owns (destroyed with the pool, after every
+  /// resource that holds the pool): for a layer that needs a stream of its own (GraphPools).
+  /// Errors: invalid_argument when full; the driver's.
+  result<StreamId> create_owned() noexcept {
     if (auto r = device_->make_current(); !r) return std::move(r).error();
-    auto key = driver_->stream_get_id(s);
-    if (!key) return std::move(key).error();
-    if (auto known = find(*key)) return *known;
-    if constexpr (requires(D& d) { { d.stream_context(s) } -> std::same_as<result<typename D::context_t>>; }) {
-      auto ctx = driver_->stream_context(s);
-      if (!ctx) return std::move(ctx).error();
-      if (*ctx != device_->context()) {
-        return error{errc::foreign_block, "stream " + std::to_string(*key) +
-                                              " belongs to another device's context, not ordinal " +
-                                              std::to_string(device_->ordinal()) + "'s: it cannot join its pool"};
-      }
+    auto s = driver_->stream_create();
+    if (!s) return std::move(s).error();
+    auto key = driver_->stream_get_id(*s);
+    if (!key) {
+      (void)driver_->stream_destroy(*s);
+      return std::move(key).error();
     }
     std::lock_guard lock(adopt_mu_);
     const auto n = count_.load(std::memory_order_relaxed);
-    for (std::uint32_t i = 0; i < n; ++i) {
-      if (keys_[i] == *key) return StreamId{i};
-    }
     if (n == MAX_STREAMS) {
-      return error{errc::invalid_argument,
-                   "stream pool of ordinal " + std::to_string(device_->ordinal()) + " is full (" +
-                       std::to_string(MAX_STREAMS) + " streams)"};
+      (void)driver_->stream_destroy(*s);
+      return full();
     }
-    streams_[n] = s;
-    owned_[n] = false;
+    streams_[n] = *s;
+    owned_[n] = true;
     keys_[n] = *key;
     count_.store(n + 1, std::memory_order_release);
     return StreamId{n};
@@ -154,6 +161,55 @@ class alignas(64) StreamPool {
       if (keys_[i] == key) return StreamId{i};
     }
     return std::nullopt;
+  }
+
+  result<StreamId> adopt_by_key(stream_t s) noexcept {
+    if (auto r = device_->make_current(); !r) return std::move(r).error();
+    auto key = driver_->stream_get_id(s);
+    if (!key) return std::move(key).error();
+    if (auto known = find(*key)) return *known;
+    if constexpr (requires(D& d) { { d.stream_context(s) } -> std::same_as<result<typename D::context_t>>; }) {
+      auto ctx = driver_->stream_context(s);
+      if (!ctx) return std::move(ctx).error();
+      if (*ctx != device_->context()) {
+        return error{errc::foreign_block, "stream " + std::to_string(*key) +
+                                              " belongs to another device's context, not ordinal " +
+                                              std::to_string(device_->ordinal()) + "'s: it cannot join its pool"};
+      }
+    }
+    std::lock_guard lock(adopt_mu_);
+    const auto n = count_.load(std::memory_order_relaxed);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (keys_[i] == *key) return StreamId{i};
+    }
+    if (n == MAX_STREAMS) return full();
+    streams_[n] = s;
+    owned_[n] = false;
+    keys_[n] = *key;
+    count_.store(n + 1, std::memory_order_release);
+    return StreamId{n};
+  }
+
+  [[gnu::cold, gnu::noinline]] result<StreamId> adopt_in_window(stream_t s) noexcept {
+    const auto n = count_.load(std::memory_order_acquire);
+    for (std::uint32_t i = n; i-- > 0;) {
+      if (streams_[i] == s) return StreamId{i};
+    }
+    auto info = driver_->stream_capture_info(s);
+    if (!info) return std::move(info).error();
+    if (info->status != CaptureStatus::none) {
+      return error{errc::stream_misuse, "a stream first seen while it captures cannot join ordinal " +
+                                            std::to_string(device_->ordinal()) +
+                                            "'s pool (its id cannot be read during the capture): allocate on it, "
+                                            "or adopt it, before the capture begins"};
+    }
+    detail::RelaxedCapture relaxed(*driver_);
+    return adopt_by_key(s);
+  }
+
+  [[gnu::cold]] error full() const {
+    return error{errc::invalid_argument, "stream pool of ordinal " + std::to_string(device_->ordinal()) +
+                                             " is full (" + std::to_string(MAX_STREAMS) + " streams)"};
   }
 
   explicit StreamPool(std::shared_ptr<Device<D>> device)

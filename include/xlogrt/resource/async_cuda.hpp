@@ -20,7 +20,7 @@
 #include "xlogrt/driver/status.hpp"
 #include "xlogrt/resource/block_tracker.hpp"
 #include "xlogrt/resource/concepts.hpp"
-#include "xlogrt/resource/detail/capture_windows.hpp"
+#include "xlogrt/device/capture_windows.hpp"
 #include "xlogrt/resource/detail/request.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
 
@@ -248,22 +248,9 @@ class AsyncCuda {
   /// synchronisation, and never what another reaper has already retired.
   result<void> reap_pending() noexcept {
     if (auto r = make_current(); !r) return r;
-    if (auto r = queue_deferred(); !r) return r;
-    const std::size_t n = streams_->size();
-    for (std::size_t i = 0; i < n; ++i) {
-      // Acquire pairs with count_queued's release: every free counted in `seen` was
-      // queued before the synchronisation below.
-      const std::uint64_t seen = state_->queued(i, std::memory_order_acquire);
-      std::atomic<std::uint64_t>& retired = state_->retired[i];
-      std::uint64_t done = retired.load(std::memory_order_relaxed);
-      if (seen == done) continue;
-      auto s = streams_->get(StreamId{static_cast<std::uint32_t>(i)});
-      if (!s) return std::move(s).error();
-      if (capturing(*s)) continue;
-      if (auto r = driver().stream_synchronize(*s); !r) return r;
-      retire(i, seen);
-    }
-    return ok();
+    std::optional<detail::RelaxedCapture<D>> relaxed;  // its calls stay legal during a capture
+    if (detail::capture_windows_open()) [[unlikely]] relaxed.emplace(driver());
+    return reap_now();
   }
 
   /// Retires, without waiting, the queued frees the device has been seen to reach, and
@@ -277,6 +264,8 @@ class AsyncCuda {
   result<std::size_t> poll_pending() noexcept {
     std::unique_lock lock(state_->poll_mu, std::try_to_lock);
     if (!lock.owns_lock()) return std::size_t{0};
+    std::optional<detail::RelaxedCapture<D>> relaxed;  // its calls stay legal during a capture
+    if (detail::capture_windows_open()) [[unlikely]] relaxed.emplace(driver());
     if (auto r = queue_deferred(); !r) return std::move(r).error();
     std::size_t freed = 0;
     const std::size_t n = streams_->size();
@@ -612,6 +601,26 @@ class AsyncCuda {
     if (!r) return r;
     DeviceBlock gone = std::move(b);
     if (poll_due()) (void)poll_pending();
+    return ok();
+  }
+
+  /// reap_pending's synchronisations and retirements.
+  result<void> reap_now() noexcept {
+    if (auto r = queue_deferred(); !r) return r;
+    const std::size_t n = streams_->size();
+    for (std::size_t i = 0; i < n; ++i) {
+      // Acquire pairs with count_queued's release: every free counted in `seen` was
+      // queued before the synchronisation below.
+      const std::uint64_t seen = state_->queued(i, std::memory_order_acquire);
+      std::atomic<std::uint64_t>& retired = state_->retired[i];
+      std::uint64_t done = retired.load(std::memory_order_relaxed);
+      if (seen == done) continue;
+      auto s = streams_->get(StreamId{static_cast<std::uint32_t>(i)});
+      if (!s) return std::move(s).error();
+      if (capturing(*s)) continue;
+      if (auto r = driver().stream_synchronize(*s); !r) return r;
+      retire(i, seen);
+    }
     return ok();
   }
 

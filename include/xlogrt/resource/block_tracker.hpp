@@ -62,7 +62,6 @@
 #include "xlogrt/core/block.hpp"
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
-#include "xlogrt/resource/detail/capture_windows.hpp"
 #include "xlogrt/resource/detail/spin_lock.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
 

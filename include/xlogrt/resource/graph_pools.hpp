@@ -24,7 +24,7 @@
 #include "xlogrt/driver/lifetime.hpp"
 #include "xlogrt/resource/adaptor.hpp"
 #include "xlogrt/resource/concepts.hpp"
-#include "xlogrt/resource/detail/capture_windows.hpp"
+#include "xlogrt/device/capture_windows.hpp"
 #include "xlogrt/resource/detail/request.hpp"
 
 namespace xlogrt {
@@ -104,8 +104,8 @@ class GraphPools : public Adaptor<Up> {
   /// Which streams a window admits (false: the request goes to the stack below).
   using Filter = std::function<bool(StreamId)>;
 
-  /// The layer adopts a stream of its own, when the first window opens, into the
-  /// StreamPool of the stack's base resource (AsyncCuda, DirectCuda: streams()).
+  /// The layer has the StreamPool of the stack's base resource (AsyncCuda, DirectCuda:
+  /// streams()) make it a stream of its own when the first window opens.
   explicit GraphPools(Up up) : Adaptor<Up>(std::move(up)), state_(std::make_unique<State>(base_streams(upstream()))) {}
   GraphPools(GraphPools&&) noexcept = default;
   GraphPools& operator=(GraphPools&&) noexcept = default;
@@ -309,20 +309,6 @@ class GraphPools : public Adaptor<Up> {
     }
   }
 
-  /// Sets the calling thread's capture mode to relaxed for its life.
-  struct RelaxedCapture {
-    explicit RelaxedCapture(D& d) noexcept : d_(d) {
-      if (auto m = d.exchange_capture_mode(CaptureMode::relaxed)) prev_ = *m;
-    }
-    ~RelaxedCapture() {
-      if (prev_) (void)d_.exchange_capture_mode(*prev_);
-    }
-    RelaxedCapture(const RelaxedCapture&) = delete;
-    RelaxedCapture& operator=(const RelaxedCapture&) = delete;
-    D& d_;
-    std::optional<CaptureMode> prev_;
-  };
-
   bool capturing(StreamId s) noexcept {
     auto h = upstream().stream_handle(s);
     if (!h) return false;
@@ -400,7 +386,7 @@ class GraphPools : public Adaptor<Up> {
   /// on every stream when this returns. Under the lock.
   result<DeviceBlock> take_segment(std::size_t bytes, AllocTag tag) noexcept {
     State& st = *state_;
-    RelaxedCapture relaxed(this->driver());
+    detail::RelaxedCapture relaxed(this->driver());
     auto seg = upstream().allocate(bytes, *st.own, tag);
     if (!seg) return seg;
     if (auto r = this->driver().stream_synchronize(st.own_handle); !r) {
@@ -425,21 +411,18 @@ class GraphPools : public Adaptor<Up> {
     }
   }
 
-  /// The layer's own stream, created and adopted on the first window. Under the lock.
+  /// The layer's own stream, made by the StreamPool (which owns it) on the first window.
+  /// Under the lock.
   result<void> own_stream() noexcept {
     State& st = *state_;
     if (st.own) return ok();
-    if (auto r = upstream().make_current(); !r) return r;
-    RelaxedCapture relaxed(this->driver());
-    auto s = this->driver().stream_create();
-    if (!s) return std::move(s).error();
-    auto id = st.streams->adopt(*s);
-    if (!id) {
-      (void)this->driver().stream_destroy(*s);
-      return std::move(id).error();
-    }
+    detail::RelaxedCapture relaxed(this->driver());
+    auto id = st.streams->create_owned();
+    if (!id) return std::move(id).error();
+    auto h = st.streams->get(*id);
+    if (!h) return std::move(h).error();
     st.own = *id;
-    st.own_handle = *s;
+    st.own_handle = *h;
     return ok();
   }
 
@@ -544,7 +527,7 @@ class GraphPools : public Adaptor<Up> {
     if (!any) return first;
     if (auto r = upstream().make_current(); !r) return r;
     {
-      RelaxedCapture relaxed(this->driver());
+      detail::RelaxedCapture relaxed(this->driver());
       if (auto r = this->driver().ctx_synchronize(); !r) return r;  // the last replays have run
     }
     for (std::uint32_t i = 0; i < st.slots.size(); ++i) {
@@ -572,7 +555,7 @@ class GraphPools : public Adaptor<Up> {
 
   result<void> give_back(DeviceBlock&& seg) noexcept { return upstream().deallocate(std::move(seg)); }
 
-  /// At destruction: every pool's memory goes back, and the layer's stream is destroyed.
+  /// At destruction: every pool's memory goes back.
   void give_back_all() noexcept {
     State& st = *state_;
     std::lock_guard lock(st.mu);
@@ -584,8 +567,7 @@ class GraphPools : public Adaptor<Up> {
         if (s.state != Slot::empty) s.state = Slot::returning;
       }
       for (auto& [id, p] : st.pools) p.uses = 0;
-      (void)settle();
-      if (st.own) (void)this->driver().stream_destroy(st.own_handle);
+      (void)settle();  // the layer's stream is the StreamPool's: the layers below may still cache on it
     }
   }
 
