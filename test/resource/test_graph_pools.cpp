@@ -101,7 +101,7 @@ TEST_CASE("an eager free during a capture is deferred until the capture ends", "
   const GraphPoolId pool = layer.new_pool();
   REQUIRE(layer.begin_allocate_to_pool(pool).has_value());
   REQUIRE(sim.stream_begin_capture(*h, CaptureMode::global).has_value());
-  const std::size_t frees_before = sim.calls("cuMemFreeAsync");
+  const auto frees_before = sim.calls("cuMemFreeAsync");
   REQUIRE(stack.deallocate(std::move(*eager)).has_value());
   CHECK(layer.graph_stats().deferred_frees == 1);
   CHECK(sim.calls("cuMemFreeAsync") == frees_before);  // nothing went into the graph
@@ -155,7 +155,7 @@ TEST_CASE("a free deferred by AsyncCuda during a capture window is queued after 
   const GraphPoolId pool = layer.new_pool();
   REQUIRE(layer.begin_allocate_to_pool(pool).has_value());
   REQUIRE(sim.stream_begin_capture(*h, CaptureMode::global).has_value());
-  const std::size_t frees_before = sim.calls("cuMemFreeAsync");
+  const auto frees_before = sim.calls("cuMemFreeAsync");
   REQUIRE(layer.upstream().deallocate(std::move(*b)).has_value());  // below GraphPools
   CHECK(layer.upstream().deferred_frees() == 1);
   CHECK(sim.calls("cuMemFreeAsync") == frees_before);
