@@ -198,3 +198,46 @@ TEST_CASE("GraphPools refuses bad calls by name and loses nothing", "[graph_pool
   REQUIRE(layer.release_pool(pool).has_value());
   CHECK(layer.graph_stats().held_bytes == 0);
 }
+
+TEST_CASE("during a capture window a stream is known by its handle, and its id is never read", "[graph_pools]") {
+  // The driver refuses cuStreamGetId on a capturing stream and invalidates the capture, so
+  // a bridge that adopts its callers' streams on every allocation must not read it then.
+  SimDriver sim;
+  auto streams = pool_of(sim);
+  Default stack = default_stack(streams);
+  auto& layer = *find_layer<GraphPools>(stack);
+  auto seen = sim.stream_create();
+  auto unseen = sim.stream_create();
+  REQUIRE((seen && unseen));
+  auto id = streams->adopt(*seen);  // before the capture, as the torch bridge does
+  REQUIRE(id.has_value());
+
+  SECTION("inside a window: found by handle, an unseen capturing stream refused, no capture broken") {
+    const GraphPoolId pool = layer.new_pool();
+    REQUIRE(layer.begin_allocate_to_pool(pool).has_value());
+    REQUIRE(sim.stream_begin_capture(*seen, CaptureMode::global).has_value());
+    REQUIRE(sim.stream_begin_capture(*unseen, CaptureMode::global).has_value());
+    auto again = streams->adopt(*seen);
+    REQUIRE(again.has_value());
+    CHECK(*again == *id);
+    auto refused = streams->adopt(*unseen);
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().code() == errc::stream_misuse);
+    auto g1 = sim.stream_end_capture(*seen);
+    auto g2 = sim.stream_end_capture(*unseen);
+    REQUIRE((g1 && g2));  // neither capture was invalidated
+    REQUIRE(layer.end_allocate_to_pool(pool).has_value());
+    REQUIRE(sim.graph_destroy(*g1).has_value());
+    REQUIRE(sim.graph_destroy(*g2).has_value());
+    REQUIRE(layer.release_pool(pool).has_value());
+  }
+  SECTION("without a window the id is read, and the capture breaks: what the window prevents") {
+    REQUIRE(sim.stream_begin_capture(*seen, CaptureMode::global).has_value());
+    auto again = streams->adopt(*seen);
+    REQUIRE_FALSE(again);
+    CHECK(again.error().driver_status() == status::stream_capture_unsupported);
+    CHECK_FALSE(sim.stream_end_capture(*seen));
+  }
+  REQUIRE(sim.stream_destroy(*seen).has_value());
+  REQUIRE(sim.stream_destroy(*unseen).has_value());
+}

@@ -1185,7 +1185,14 @@ inline result<std::uint64_t> SimDriver::stream_get_id(stream_t s) noexcept {
   if (auto e = enter_locked(Call::stream_get_id)) return *e;
   auto sr = stream_locked(Call::stream_get_id, s);
   if (!sr) return std::move(sr).error();
-  return (*sr)->api_id;
+  Stream& st = **sr;
+  if (st.capture != nullptr) [[unlikely]] {  // as CUDA 13's driver does (seen on an H200)
+    invalidate_locked(*st.capture, status::stream_capture_unsupported);
+    return fail(Call::stream_get_id, status::stream_capture_unsupported,
+                "reading the id of stream " + std::to_string(st.id) + ", which is capturing (capture " +
+                    std::to_string(st.capture->id) + ", now invalidated); read it before the capture begins");
+  }
+  return st.api_id;
 }
 
 inline result<SimDriver::context_t> SimDriver::stream_context(stream_t s) noexcept {
