@@ -225,10 +225,15 @@ def gpt2_model(torch, seed):
 
 
 def gpt2_forward(model, static_ids):
+    # No cache, and the positions and an all-ones mask given as CUDA tensors made before the
+    # capture: on H200 (transformers 5.17) the forward without them copied a CPU tensor to
+    # the device during the capture, which torch refuses on its own allocator too.
+    import torch
+    positions = torch.arange(static_ids.shape[1], device=static_ids.device).expand_as(static_ids).contiguous()
+    mask = torch.ones_like(static_ids)
+
     def forward():
-        # No mask and no cache: nothing in the forward reads a tensor back to the host,
-        # which a capture forbids.
-        return model(input_ids=static_ids, use_cache=False).logits
+        return model(input_ids=static_ids, position_ids=positions, attention_mask=mask, use_cache=False).logits
     return forward
 
 
