@@ -118,7 +118,9 @@ struct BudgetSlot {
       st.held.store(final_held, std::memory_order_seq_cst);
       if (overshoot != nullptr) *overshoot = true;
     }
-    return h - final_held;
+    // Wrapping: from an unlimited stripe (h = BUDGET_UNLIMITED) over a stripe whose charge
+    // went below 0 (frees credited where others charged) the difference is no credit at all.
+    return wrap_add(h, static_cast<std::int64_t>(0 - static_cast<std::uint64_t>(final_held)));
   }
 
   /// @pre mu is held.
