@@ -108,7 +108,7 @@ class GraphPools : public Adaptor<Up> {
   /// streams()) make it a stream of its own when the first window opens.
   explicit GraphPools(Up up) : Adaptor<Up>(std::move(up)), state_(std::make_unique<State>(base_streams(upstream()))) {}
   GraphPools(GraphPools&&) noexcept = default;
-  GraphPools& operator=(GraphPools&&) noexcept = default;
+  GraphPools& operator=(GraphPools&&) = delete;  // the replaced state would have to give back
   ~GraphPools() {
     if (state_) give_back_all();
   }
@@ -128,12 +128,12 @@ class GraphPools : public Adaptor<Up> {
     std::lock_guard lock(st.mu);
     if (auto r = own_stream(); !r) return r;
     try {
-      st.windows.push_back(Window{pool, std::move(filter)});
-      Pool& p = st.pools[pool];
-      ++p.uses;
+      st.windows.reserve(st.windows.size() + 1);  // so that the push below cannot fail
+      ++st.pools[pool].uses;
     } catch (...) {
       return error{errc::out_of_memory, "host memory exhausted opening a capture window"};
     }
+    st.windows.push_back(Window{pool, std::move(filter)});
     detail::capture_window_count().fetch_add(1, std::memory_order_relaxed);
     st.open.fetch_add(1, std::memory_order_relaxed);
     return ok();
@@ -159,8 +159,7 @@ class GraphPools : public Adaptor<Up> {
       Slot& s = st.slots[i];
       if (s.state == Slot::held && s.pool == pool && !window_of(s.pool)) to_pool(i);
     }
-    result<void> first = settle();
-    return first;
+    return settle();
   }
 
   /// Counts one use of `pool` ended (a graph that captured into it is destroyed). At zero
