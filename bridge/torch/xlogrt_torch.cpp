@@ -233,12 +233,13 @@ int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
 int xlogrt_torch_begin_allocate_to_pool(int device, uint64_t pool_first, uint64_t pool_second,
                                         xlogrt_torch_stream capture_stream, xlogrt_torch_stream_filter filter,
                                         void* filter_ctx) {
-  auto* graphs = graph_pools(device);
-  if (graphs == nullptr) return -1;
-  if (capture_stream != nullptr) {
-    auto adopted = g_resources[static_cast<std::size_t>(device)].load(std::memory_order_acquire)->stream_id(capture_stream);
+  Resource* r = resource(device);
+  if (r == nullptr) return -1;
+  if (capture_stream != nullptr) {  // adopted before the capture: its id cannot be read during it
+    auto adopted = r->stream_id(capture_stream);
     if (!adopted) return set_error(adopted.error().what()), -1;
   }
+  auto* graphs = xlogrt::find_layer<xlogrt::GraphPools>(r->runtime().stack());
   auto& layer = *graphs;
   Filter admit;
   if (filter != nullptr) {

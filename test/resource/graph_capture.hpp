@@ -141,4 +141,32 @@ std::size_t eager_bytes_changed_without_graph_pools(D& sim) {
   return changed;
 }
 
+/// Two captures into one pool through the default stack, each replayed `replays` times with
+/// eager tensors alive, then released: the second capture reuses the first's freed
+/// temporary, no eager byte changes, and the pool's memory all comes back.
+template <class D>
+void share_one_pool(D& sim, int replays) {
+  auto streams = pool_of(sim);
+  DefaultStackOn<D> stack = default_stack(streams);
+  auto& layer = *find_layer<GraphPools>(stack);
+  const StreamId cs{1};
+  warm(stack, cs);
+  const GraphPoolId pool = layer.new_pool();
+  auto first = capture<true>(sim, stack, cs, pool);
+  const std::size_t held_one = layer.graph_stats().held_bytes;
+  auto second = capture<true>(sim, stack, cs, pool);
+  // The second capture's temporary is the first's; its output is new (the first's is live).
+  CHECK(layer.graph_stats().held_bytes == held_one + OUT);
+  CHECK(eager_bytes_changed(sim, stack, cs, first, replays) == 0);
+  CHECK(eager_bytes_changed(sim, stack, cs, second, replays) == 0);
+  for (auto* g : {&first, &second}) {
+    REQUIRE(sim.graph_exec_destroy(g->exec).has_value());
+    REQUIRE(layer.release_pool(pool).has_value());
+    REQUIRE(stack.deallocate(std::move(g->out)).has_value());
+  }
+  CHECK(layer.graph_stats().held_bytes == 0);
+  CHECK_FALSE(layer.release_pool(pool));  // no use left: a named error
+  REQUIRE(stack.reap_pending().has_value());
+}
+
 }  // namespace xlogrt::testing::graphs

@@ -66,25 +66,7 @@ TEST_CASE("the check catches a cache handing a graph's block to eager code", "[g
 
 TEST_CASE("graphs sharing a pool reuse what an earlier capture freed", "[graph_pools]") {
   SimDriver sim;
-  auto streams = pool_of(sim);
-  Default stack = default_stack(streams);
-  auto& layer = *find_layer<GraphPools>(stack);
-  const StreamId cs{1};
-  const GraphPoolId pool = layer.new_pool();
-  auto first = capture<true>(sim, stack, cs, pool);
-  const std::size_t held_one = layer.graph_stats().held_bytes;
-  auto second = capture<true>(sim, stack, cs, pool);
-  // The second capture's temporary is the first's; its output is new (the first's is live).
-  CHECK(layer.graph_stats().held_bytes == held_one + OUT);
-  CHECK(eager_bytes_changed(sim, stack, cs, first, 3) == 0);
-  CHECK(eager_bytes_changed(sim, stack, cs, second, 3) == 0);
-  for (auto* g : {&first, &second}) {
-    REQUIRE(sim.graph_exec_destroy(g->exec).has_value());
-    REQUIRE(layer.release_pool(pool).has_value());
-    REQUIRE(stack.deallocate(std::move(g->out)).has_value());
-  }
-  CHECK(layer.graph_stats().held_bytes == 0);
-  CHECK_FALSE(layer.release_pool(pool));  // no use left: a named error
+  share_one_pool(sim, 3);
 }
 
 TEST_CASE("an eager free during a capture is deferred until the capture ends", "[graph_pools]") {

@@ -18,25 +18,7 @@ using Default = DefaultStackOn<CudaDriver>;
 
 TEST_CASE("a capture through the default stack: replays leave eager tensors alone, the pool comes back",
           "[gpu][graph_pools]") {
-  auto streams = pool_of(*gpu);
-  Default stack = default_stack(streams);
-  auto& layer = *find_layer<GraphPools>(stack);
-  const StreamId cs{1};
-  warm(stack, cs);
-  const GraphPoolId pool = layer.new_pool();
-  auto first = capture<true>(*gpu, stack, cs, pool);
-  const std::size_t held_one = layer.graph_stats().held_bytes;
-  auto second = capture<true>(*gpu, stack, cs, pool);  // shares the pool
-  CHECK(layer.graph_stats().held_bytes == held_one + OUT);
-  CHECK(eager_bytes_changed(*gpu, stack, cs, first, 20) == 0);
-  CHECK(eager_bytes_changed(*gpu, stack, cs, second, 20) == 0);
-  for (auto* g : {&first, &second}) {
-    REQUIRE(gpu->graph_exec_destroy(g->exec).has_value());
-    REQUIRE(layer.release_pool(pool).has_value());
-    REQUIRE(stack.deallocate(std::move(g->out)).has_value());
-  }
-  CHECK(layer.graph_stats().held_bytes == 0);
-  REQUIRE(stack.reap_pending().has_value());
+  share_one_pool(*gpu, 20);
 }
 
 TEST_CASE("an eager free during a capture stays out of the graph", "[gpu][graph_pools]") {

@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <optional>
 
 #include "xlogrt/driver/concept.hpp"
 
@@ -36,17 +35,21 @@ template <class D>
 class RelaxedCapture {
  public:
   explicit RelaxedCapture(D& d) noexcept : d_(d) {
-    if (auto m = d.exchange_capture_mode(CaptureMode::relaxed)) prev_ = *m;
+    if (auto m = d.exchange_capture_mode(CaptureMode::relaxed)) {
+      prev_ = *m;
+      set_ = true;
+    }
   }
   ~RelaxedCapture() {
-    if (prev_) (void)d_.exchange_capture_mode(*prev_);
+    if (set_) (void)d_.exchange_capture_mode(prev_);
   }
   RelaxedCapture(const RelaxedCapture&) = delete;
   RelaxedCapture& operator=(const RelaxedCapture&) = delete;
 
  private:
   D& d_;
-  std::optional<CaptureMode> prev_;
+  CaptureMode prev_ = CaptureMode::global;
+  bool set_ = false;  // the exchange succeeded: prev_ is the thread's mode to restore
 };
 
 }  // namespace xlogrt::detail
