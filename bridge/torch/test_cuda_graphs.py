@@ -67,6 +67,7 @@ import queue
 import re
 import statistics
 import subprocess
+import traceback
 import sys
 import threading
 import time
@@ -137,6 +138,13 @@ def err_text(e, lines=3):
         root = root.__cause__ or root.__context__
         seen.add(id(root))
     return first(e) if root is e else f"{first(e)} (raised from {first(root)})"
+
+
+def where(e):
+    """' at FILE:LINE (FUNCTION)' of the innermost frame outside torch that the exception
+    passed through: the line of the model or of this script that made the failing call."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/torch/" not in f.filename]
+    return f" at {frames[-1].filename}:{frames[-1].lineno} ({frames[-1].name})" if frames else ""
 
 
 def chain_text(e):
@@ -220,20 +228,20 @@ GPT2_BATCH, GPT2_SEQ, GPT2_VOCAB = 8, 256, 50257
 def gpt2_model(torch, seed):
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(seed)
-    cfg = GPT2Config(n_layer=4, n_embd=768, n_head=12, vocab_size=GPT2_VOCAB, attn_implementation="eager")
+    cfg = GPT2Config(n_layer=4, n_embd=768, n_head=12, vocab_size=GPT2_VOCAB, attn_implementation="sdpa")
     return GPT2LMHeadModel(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
 
 
 def gpt2_forward(model, static_ids):
-    # No cache, and the positions and an all-ones mask given as CUDA tensors made before the
-    # capture: on H200 (transformers 5.17) the forward without them copied a CPU tensor to
-    # the device during the capture, which torch refuses on its own allocator too.
+    # No KV cache, positions given as a CUDA tensor made before the capture, and no attention
+    # mask: SDPA's causal flag stands for it. With eager attention and an explicit mask, the
+    # forward copied a host tensor to the device during the capture (H200, torch's own
+    # allocator too), which torch refuses.
     import torch
     positions = torch.arange(static_ids.shape[1], device=static_ids.device).expand_as(static_ids).contiguous()
-    mask = torch.ones_like(static_ids)
 
     def forward():
-        return model(input_ids=static_ids, position_ids=positions, attention_mask=mask, use_cache=False).logits
+        return model(input_ids=static_ids, position_ids=positions, use_cache=False).logits
     return forward
 
 
@@ -570,7 +578,7 @@ def run_case(ctx, name):
     try:
         status, figures, detail = CASE_FNS[name](ctx)
     except Exception as e:
-        status, figures, detail = FAIL, {}, err_text(e)
+        status, figures, detail = FAIL, {}, err_text(e) + where(e)
     rec = {"case": name, "status": status, "figures": figures, "detail": detail,
            "seconds": time.perf_counter() - t0}
     try:  # what the case left behind goes, so that the next case starts from an empty cache

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
+#include <optional>
 
 #include <xlogrt/device/stream_pool.hpp>
 #include <xlogrt/resource/async_cuda.hpp>
@@ -59,23 +60,55 @@ TEST_CASE("without small_pool_bytes there is one pool; a failed pool creation fa
   CHECK(refused.error().driver_status() == status::out_of_memory);
 }
 
-TEST_CASE("the default stack has one pool unless XLOGRT_CACHE names small_pool_bytes", "[small_pool]") {
-  const auto split = [](const char* cache) {
-    SimDriver sim;
-    auto streams = pool_of(sim);
-    if (cache != nullptr) {
-      REQUIRE(setenv("XLOGRT_CACHE", cache, 1) == 0);
-    } else {
-      REQUIRE(unsetenv("XLOGRT_CACHE") == 0);
-    }
-    auto stack = StackBuilder<DefaultStackOn<SimDriver>>::build(streams);
+namespace {
+
+// The bound of the default stack's small pool, built from XLOGRT_CACHE=cache (unset:
+// nullptr): 0 for one pool, else the largest of a few probe sizes that the small pool
+// serves (found as in the first case: with that pool destroyed, its sizes fail).
+// fail_pool_create: the driver refuses cuMemPoolCreate. nullopt: the build failed.
+std::optional<std::size_t> small_pool_bound(const char* cache, bool fail_pool_create = false) {
+  SimDriver sim;
+  auto streams = pool_of(sim);
+  if (fail_pool_create) sim.fail_nth("cuMemPoolCreate", 1, status::not_supported);
+  if (cache != nullptr) {
+    REQUIRE(setenv("XLOGRT_CACHE", cache, 1) == 0);
+  } else {
     REQUIRE(unsetenv("XLOGRT_CACHE") == 0);
-    REQUIRE(stack.has_value());
-    const auto& base = find_layer<Budget>(*stack)->upstream();
-    return base.small_pool() != base.pool();
-  };
-  CHECK_FALSE(split(nullptr));
-  CHECK_FALSE(split("on,small_pool_bytes=0"));
-  CHECK(split("on,small_pool_bytes=1M"));
-  CHECK(split("0,small_pool_bytes=64K"));
+  }
+  auto stack = StackBuilder<DefaultStackOn<SimDriver>>::build(streams);
+  REQUIRE(unsetenv("XLOGRT_CACHE") == 0);
+  if (!stack) return std::nullopt;
+  auto& base = find_layer<Budget>(*stack)->upstream();
+  if (base.small_pool() == base.pool()) return 0;
+  REQUIRE(sim.mempool_destroy(base.small_pool()).has_value());
+  std::size_t bound = 0;
+  for (std::size_t bytes : {std::size_t{64} << 10, std::size_t{256} << 10, std::size_t{1} << 20, (std::size_t{1} << 20) + 1}) {
+    auto b = base.allocate(bytes, StreamId{0}, AllocTag{});
+    if (!b) {
+      bound = bytes;
+      continue;
+    }
+    REQUIRE(base.deallocate(std::move(*b)).has_value());
+  }
+  REQUIRE(base.reap_pending().has_value());
+  return bound;
+}
+
+}  // namespace
+
+TEST_CASE("the default stack keeps the cache's sizes in a pool of their own", "[small_pool]") {
+  using B = std::optional<std::size_t>;
+  CHECK(small_pool_bound(nullptr) == B(1 << 20));  // CachedOptions' max_block_bytes
+  CHECK(small_pool_bound("on") == B(1 << 20));
+  CHECK(small_pool_bound("on,max_block_bytes=256K") == B(256 << 10));
+  CHECK(small_pool_bound("0") == B(0));  // no cache: one pool
+  CHECK(small_pool_bound("on,small_pool_bytes=0") == B(0));
+  CHECK(small_pool_bound("on,small_pool_bytes=64K") == B(64 << 10));
+  CHECK(small_pool_bound("0,small_pool_bytes=64K") == B(64 << 10));
+}
+
+TEST_CASE("a device without a second pool gets one pool by default, and an error when one is named",
+          "[small_pool]") {
+  CHECK(small_pool_bound(nullptr, true) == std::optional<std::size_t>(0));
+  CHECK_FALSE(small_pool_bound("on,small_pool_bytes=1M", true).has_value());
 }

@@ -107,6 +107,9 @@ class AsyncCuda {
   using stream_t = typename D::stream_t;
   using event_t = typename D::event_t;
   static constexpr bool supports_block_use_tracking = true;
+  /// Whether the driver creates memory pools, which AsyncCudaOptions::small_pool_bytes needs.
+  static constexpr bool creates_pools =
+      requires(D& d, typename D::device_t dev, typename D::mempool_t p) { d.mempool_create(dev); d.mempool_destroy(p); };
 
   /// Errors: driver_error (status not_supported) when the device has no memory pools;
   /// driver errors setting the release threshold or reserving events.
@@ -125,7 +128,7 @@ class AsyncCuda {
     AsyncCuda a(std::move(streams));
     if (auto r = a.state_->events.reserve(options.reserve_events); !r) return std::move(r).error();
     if (options.small_pool_bytes != 0) {
-      if constexpr (requires(D& d) { d.mempool_create(dev.handle()); d.mempool_destroy(dev.mempool()); }) {
+      if constexpr (creates_pools) {
         auto pool = dev.driver().mempool_create(dev.handle());
         if (!pool) return std::move(pool).error();
         a.state_->small_pool = *pool;  // destroyed with the state from here on

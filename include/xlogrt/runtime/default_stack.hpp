@@ -39,9 +39,10 @@ namespace xlogrt {
 ///   charging every byte the stack holds, cached ones included;
 /// - AsyncCuda: stream-ordered allocation from the device's pool with cross-stream use
 ///   tracking, its release threshold at the maximum (the pool keeps what the cache gives
-///   back, as RMM's and PyTorch's caching allocators keep theirs); one pool for all
-///   sizes unless XLOGRT_CACHE=small_pool_bytes=SIZE puts requests up to SIZE in a
-///   second pool of their own.
+///   back, as RMM's and PyTorch's caching allocators keep theirs); the sizes the cache
+///   keeps (up to its max_block_bytes) from a second pool of their own, the rest from
+///   the device's pool (XLOGRT_CACHE=small_pool_bytes=SIZE sets the bound, 0: one pool;
+///   with the cache off, one pool).
 template <Driver D>
 using DefaultStackOn = Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda<D>>>, FileSink>>>;
 
@@ -67,13 +68,20 @@ struct StackBuilder<DefaultStackOn<D>> {
     cache.bin_bytes = sizes.bin_bytes.value_or(cache.bin_bytes);
     cache.thread_bytes = sizes.thread_bytes.value_or(cache.thread_bytes);
     cache.depot_bytes = sizes.depot_bytes.value_or(cache.depot_bytes);
+    // The blocks the cache may keep come from a pool of their own, where they split no
+    // free range of the large blocks' pool (design notes, "The caching layer's memory").
+    // XLOGRT_CACHE=small_pool_bytes=SIZE names the bound (0: one pool), and a driver that
+    // cannot create pools refuses a named one (AsyncCuda::create); the default falls back
+    // to one pool where there is no second one to be had.
     AsyncCudaOptions pools;
-    // XLOGRT_CACHE=small_pool_bytes=SIZE: the blocks the cache may keep from a pool of
-    // their own, where they split no free range of the large blocks' pool. Off by default
-    // until measured on real models (design notes, "The caching layer's memory"); a
-    // driver that cannot create pools refuses it by name (AsyncCuda::create).
-    pools.small_pool_bytes = sizes.small_pool_bytes.value_or(0);
+    const bool named = sizes.small_pool_bytes.has_value();
+    if (named) {
+      pools.small_pool_bytes = *sizes.small_pool_bytes;
+    } else if (cache.enabled && AsyncCuda<D>::creates_pools) {
+      pools.small_pool_bytes = cache.max_block_bytes;
+    }
     auto base = AsyncCuda<D>::create(streams, pools);
+    if (!base && !named && pools.small_pool_bytes != 0) base = AsyncCuda<D>::create(streams, AsyncCudaOptions{});
     if (!base) return std::move(base).error();
     FileSink sink;
     if (env->log_file) {
