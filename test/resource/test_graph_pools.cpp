@@ -99,6 +99,68 @@ TEST_CASE("an eager free during a capture is deferred until the capture ends", "
   REQUIRE(layer.release_pool(pool).has_value());
 }
 
+TEST_CASE("an eager block a replay reads is reused only after the replay, when its use is recorded at launch",
+          "[graph_pools][hazards]") {
+  // Inside the capture, tracking orders nothing; at launch it is ordinary cross-stream
+  // use: prepare before the launch orders the replay after the input's producer, and
+  // record_block_use on the launch stream keeps the input from being handed out again on
+  // its own stream before the replay has read it. Without the record the simulator's
+  // hazard checker sees the next owner's write race the replay's read.
+  for (const bool record : {true, false}) {
+    INFO("record_block_use after the launch: " << record);
+    SimDriver sim(SimConfig{.executor = SimExecutor::manual});
+    auto streams = pool_of(sim);
+    Default stack = default_stack(streams);
+    auto& layer = *find_layer<GraphPools>(stack);
+    const StreamId es{0}, cs{1};
+    auto eh = stack.stream_handle(es);
+    auto ch = stack.stream_handle(cs);
+    REQUIRE((eh && ch));
+    auto in = stack.allocate(TEMP, es, AllocTag{});  // the graph's static input, eager
+    REQUIRE(in.has_value());
+    REQUIRE(sim.launch_kernel(*eh, {SimAccess{in->ptr(), in->bytes(), Access::Write}}).has_value());
+
+    const GraphPoolId pool = layer.new_pool();
+    REQUIRE(layer.begin_allocate_to_pool(pool).has_value());
+    REQUIRE(sim.stream_begin_capture(*ch, CaptureMode::global).has_value());
+    auto out = stack.allocate(OUT, cs, AllocTag{});
+    REQUIRE(out.has_value());
+    REQUIRE(sim.launch_kernel(*ch, {SimAccess{in->ptr(), in->bytes(), Access::Read},
+                                    SimAccess{out->ptr(), out->bytes(), Access::Write}})
+                .has_value());
+    auto graph = sim.stream_end_capture(*ch);
+    REQUIRE(graph.has_value());
+    REQUIRE(layer.end_allocate_to_pool(pool).has_value());
+    auto exec = sim.graph_instantiate(*graph);
+    REQUIRE(exec.has_value());
+
+    // At launch: the launch stream waits for the input's producer, and the replay's read
+    // is recorded (or, the bug, not).
+    REQUIRE(stack.prepare_block_use(in->id(), cs, Access::Read).has_value());
+    REQUIRE(sim.graph_launch(*exec, *ch).has_value());
+    if (record) REQUIRE(stack.record_block_use(*in, cs).has_value());
+    REQUIRE(stack.deallocate(std::move(*in)).has_value());  // freed on its own stream
+    auto next = stack.allocate(TEMP, es, AllocTag{});     // the cache's block of that size
+    REQUIRE(next.has_value());
+    REQUIRE(sim.launch_kernel(*eh, {SimAccess{next->ptr(), next->bytes(), Access::Write}}).has_value());
+    sim.run_until_idle();
+    const auto hazards = sim.hazards();
+    if (record) {
+      for (const auto& h : hazards) UNSCOPED_INFO(to_string(h));
+      CHECK(hazards.empty());
+    } else {
+      CHECK_FALSE(hazards.empty());
+    }
+    CHECK(sim.capture_stats().captures_invalidated == 0);
+    REQUIRE(stack.deallocate(std::move(*next)).has_value());
+    REQUIRE(stack.deallocate(std::move(*out)).has_value());
+    REQUIRE(sim.graph_exec_destroy(*exec).has_value());
+    REQUIRE(sim.graph_destroy(*graph).has_value());
+    REQUIRE(layer.release_pool(pool).has_value());
+    REQUIRE(stack.reap_pending().has_value());
+  }
+}
+
 TEST_CASE("AsyncCuda's polls and reaps leave a capturing stream alone", "[graph_pools]") {
   SimDriver sim;
   auto streams = pool_of(sim);

@@ -86,10 +86,12 @@ struct GraphPoolStats {
 /// nor one recorded outside waited on inside): the pool's memory is reused only by later
 /// captures into the same pool, and by eager code only after the device-wide
 /// synchronisation above. For an eager block used on a capturing stream, prepare makes no
-/// wait (the graph's replays run after whatever precedes their launch on the launch
-/// stream: the caller launches after the eager producers, as CUDA requires) and
-/// finish/record record nothing (the caller keeps an eager block a graph reads alive until
-/// the graph is destroyed, PyTorch's rule for static inputs).
+/// wait and finish/record record nothing: a replay runs after whatever precedes its launch
+/// on the launch stream. The ordering belongs to each launch, where it is ordinary
+/// cross-stream use: prepare_block_use on the launch stream before it, record_block_use
+/// after it, and the block is not handed out again before that replay has read it. The
+/// caller keeps an eager block a graph reads alive until the graph is destroyed
+/// (PyTorch's rule for static inputs).
 ///
 /// Cost outside capture: one relaxed load per allocate, one comparison per free; tracking
 /// calls one relaxed load more. Thread-safe: pools and windows are under one mutex, taken
