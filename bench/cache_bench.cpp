@@ -157,8 +157,8 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   std::printf("# caching layer: allocate + deallocate pairs on %s (%s)\n# %s; %d rounds x %d pairs per sample\n",
               where, (*dev)->info().name.c_str(), machine_line().c_str(), opt.rounds, opt.pairs);
   std::printf("# default stack: %s\n\n",
-              rt_cache.options().enabled ? "Statistics<Logging<Cached<Budget<AsyncCuda>>>> (cache on)"
-                                         : "Statistics<Logging<Cached<Budget<AsyncCuda>>>> with XLOGRT_CACHE=0 (cache off)");
+              rt_cache.options().enabled ? "Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda>>>>> (cache on)"
+                                         : "Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda>>>>> with XLOGRT_CACHE=0 (cache off)");
 
   std::vector<Alloc> vs;
   {
