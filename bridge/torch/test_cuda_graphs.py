@@ -47,6 +47,10 @@ Cases (each prints `case NAME: PASS|FAIL|EXPECTED-LIMITATION ...figures...`):
    (checkPoolLiveAllocations, getCheckpointState, setCheckpointPoolState, or "... does
    not yet support") is EXPECTED-LIMITATION for those allocators, any other failure is
    FAIL, and so is a run that skipped CUDA graphs.
+6b. compile-reduce-overhead-no-trees: the same with
+   torch._inductor.config.triton.cudagraph_trees = False (inductor's older path: one
+   torch.cuda.graph per compiled graph, no pool checks), which a pluggable allocator
+   serves through its pool hooks; any failure is FAIL.
 7. replay-footprint: case 1's capture again, measured: the device's used memory after
    the capture minus before it (NVML from outside under --compare, cudaMemGetInfo
    otherwise), the allocator's reserved memory over the same span
@@ -77,7 +81,7 @@ sys.path.insert(0, HERE)
 from real_models import ALLOCATOR_ENV, allocator_env, install  # noqa: E402
 
 CASES = ["gpt2-forward", "decode-kv", "shared-pool", "make-graphed-callables", "release",
-         "compile-reduce-overhead", "replay-footprint"]
+         "compile-reduce-overhead", "compile-reduce-overhead-no-trees", "replay-footprint"]
 PASS, FAIL, LIMITATION = "PASS", "FAIL", "EXPECTED-LIMITATION"
 MIB = 2**20
 
@@ -501,8 +505,14 @@ def cudagraph_skips():
         return None
 
 
-def case_compile_reduce_overhead(ctx):
+def case_compile_reduce_overhead(ctx, trees=True):
     torch = ctx.torch
+    if not trees:
+        # Inductor's older CUDA-graph path: one torch.cuda.graph per compiled graph, without
+        # the trees' checks of a pool's live blocks, which torch implements for its own
+        # allocator only.
+        import torch._inductor.config as inductor_config
+        inductor_config.triton.cudagraph_trees = False
     torch.manual_seed(ctx.seed)
     model = mlp(torch, [1024, 2048, 1024]).eval()
     gen = torch.Generator(device="cuda").manual_seed(ctx.seed + 6)
@@ -519,7 +529,7 @@ def case_compile_reduce_overhead(ctx):
                 wrong += not ok
                 worst = max(worst, d)
     except Exception as e:
-        limitation = torch_side_limitation(chain_text(e), ctx.allocator)
+        limitation = trees and torch_side_limitation(chain_text(e), ctx.allocator)
         return (LIMITATION if limitation else FAIL), {"calls": 5}, err_text(e)
     skips = None if skips0 is None else cudagraph_skips() - skips0
     figures = {"calls": 5, "wrong_outputs": wrong, "max_abs_diff": worst, "cudagraph_skips": skips}
@@ -561,7 +571,9 @@ def case_replay_footprint(ctx):
 
 CASE_FNS = {"gpt2-forward": case_gpt2_forward, "decode-kv": case_decode_kv, "shared-pool": case_shared_pool,
             "make-graphed-callables": case_make_graphed_callables, "release": case_release,
-            "compile-reduce-overhead": case_compile_reduce_overhead, "replay-footprint": case_replay_footprint}
+            "compile-reduce-overhead": case_compile_reduce_overhead,
+            "compile-reduce-overhead-no-trees": lambda ctx: case_compile_reduce_overhead(ctx, trees=False),
+            "replay-footprint": case_replay_footprint}
 
 
 def fmt(v):
