@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// docs/architecture.md, "Building an owned runtime": a DeviceRuntime built step by step
-// around a stack of one's own, outside the singleton table, on SimDriver (CudaDriver is
-// the same code with `auto drv = CudaDriver::open()`).
+// docs/architecture.md, "Building an owned runtime": a DeviceRuntime around a stack of
+// one's own, outside the singleton table, on SimDriver (CudaDriver is the same code with
+// the driver of `CudaDriver::open()`).
 #include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
 
@@ -14,16 +14,18 @@ using namespace xlogrt;
 template <Driver D>
 using Stack = Budget<AsyncCuda<D>>;
 
+// Builds the stack on the runtime's streams; an error is passed on as it is.
+template <Driver D>
+result<Stack<D>> make_stack(const std::shared_ptr<StreamPool<D>>& streams) {
+  XLOGRT_TRY_ASSIGN(auto base, AsyncCuda<D>::create(streams));  // allocates from the device's pool
+  return Stack<D>(std::move(base), BudgetOptions{.limit_bytes = std::size_t{64} << 20});
+}
+
 template <Driver D>
 result<DeviceRuntime<Stack<D>>> open_runtime(D& driver, std::uint32_t ordinal) {
-  auto device = Device<D>::open(driver, ordinal);    // the ordinal, its primary context and pool
-  if (!device) return std::move(device).error();
-  auto streams = StreamPool<D>::create(*device, 4);  // non-blocking streams StreamId{0..3}
-  if (!streams) return std::move(streams).error();
-  auto base = AsyncCuda<D>::create(*streams);        // allocates from the device's pool
-  if (!base) return std::move(base).error();
-  Stack<D> stack(std::move(*base), BudgetOptions{.limit_bytes = std::size_t{64} << 20});
-  return DeviceRuntime<Stack<D>>::create(*streams, std::move(stack));  // checks the parts agree
+  // The ordinal (its primary context and pool), 4 streams StreamId{0..3}, the stack on
+  // them, and the check that the parts agree.
+  return DeviceRuntime<Stack<D>>::open(driver, ordinal, 4, make_stack<D>);
 }
 // [/owned]
 
@@ -31,13 +33,7 @@ result<DeviceRuntime<Stack<D>>> open_runtime(D& driver, std::uint32_t ordinal) {
 // The default stack, owned: StackBuilder reads the environment as try_get does.
 template <Driver D>
 result<DeviceRuntime<DefaultStackOn<D>>> open_default(D& driver, std::uint32_t ordinal) {
-  auto device = Device<D>::open(driver, ordinal);
-  if (!device) return std::move(device).error();
-  auto streams = StreamPool<D>::create(*device, 8);
-  if (!streams) return std::move(streams).error();
-  auto stack = StackBuilder<DefaultStackOn<D>>::build(*streams);
-  if (!stack) return std::move(stack).error();
-  return DeviceRuntime<DefaultStackOn<D>>::create(*streams, std::move(*stack));
+  return DeviceRuntime<DefaultStackOn<D>>::open(driver, ordinal);  // 8 streams
 }
 // [/default]
 

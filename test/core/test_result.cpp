@@ -310,3 +310,51 @@ TEST_CASE("error stays cheap to move", "[core][error]") {
   STATIC_REQUIRE(sizeof(error) <= sizeof(std::string) + 2 * sizeof(void*));  // string, category, two ints
   STATIC_REQUIRE(std::is_trivially_destructible_v<quota::Category>);           // a constexpr object
 }
+
+namespace {
+
+result<int> half(int x) {
+  if (x % 2 != 0) return xlogrt::error{errc::invalid_argument, "odd"};
+  return x / 2;
+}
+
+int calls = 0;
+result<void> counted(bool fail) {
+  ++calls;
+  if (fail) return xlogrt::error{errc::out_of_memory, "counted"};
+  return ok();
+}
+
+// A quarter through two halvings, the first error passed on as it is.
+result<int> quarter(int x) {
+  XLOGRT_TRY_ASSIGN(auto h, half(x));
+  XLOGRT_TRY_ASSIGN(const int q, half(h));
+  return q;
+}
+
+result<std::string> both(bool fail_first, bool fail_second) {
+  XLOGRT_TRY(counted(fail_first));
+  XLOGRT_TRY(counted(fail_second));
+  std::string s;
+  XLOGRT_TRY_ASSIGN(s, result<std::string>(std::string("done")));  // into a variable declared before
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("XLOGRT_TRY and XLOGRT_TRY_ASSIGN pass an error on and a value through, evaluating once",
+          "[core][result]") {
+  CHECK(quarter(12).value() == 3);
+  auto odd = quarter(6);  // 6 halves to 3, which is odd: the second step's error
+  REQUIRE_FALSE(odd);
+  CHECK(odd.error().code() == errc::invalid_argument);
+  CHECK(odd.error().message() == "odd");
+  calls = 0;
+  CHECK(both(false, false).value() == "done");
+  CHECK(calls == 2);
+  calls = 0;
+  auto first = both(true, false);
+  REQUIRE_FALSE(first);
+  CHECK(first.error().code() == errc::out_of_memory);
+  CHECK(calls == 1);  // the second call never ran
+}

@@ -121,6 +121,61 @@ TEST_CASE("an owned runtime is not the singleton", "[runtime]") {
   CHECK(*SimRuntime::try_get(0) == *singleton);
 }
 
+TEST_CASE("DeviceRuntime::open builds an owned runtime in one call and passes on each step's error",
+          "[runtime][open]") {
+  SimDriver sim{SimConfig{.devices = 2}};
+  SECTION("the stack StackBuilder builds, on the streams asked for") {
+    auto rt = SimRuntime::open(sim, 1, 3);
+    REQUIRE(rt.has_value());
+    CHECK(rt->device_ordinal() == 1);
+    CHECK(rt->streams()->size() == 3);
+    auto b = rt->allocate(4096, StreamId{2});
+    REQUIRE(b.has_value());
+    REQUIRE(rt->deallocate(std::move(*b)).has_value());
+    REQUIRE(rt->reap_pending().has_value());
+    CHECK(rt->bytes_outstanding() == 0);
+  }
+  SECTION("a stack of one's own from make(streams)") {
+    using Rt = DeviceRuntime<Budget<AsyncCuda<SimDriver>>>;
+    auto rt = Rt::open(sim, 0, 2, [](const std::shared_ptr<StreamPool<SimDriver>>& streams)
+                                      -> result<Budget<AsyncCuda<SimDriver>>> {
+      XLOGRT_TRY_ASSIGN(auto base, AsyncCuda<SimDriver>::create(streams));
+      return Budget<AsyncCuda<SimDriver>>(std::move(base), BudgetOptions{.limit_bytes = 1 << 20});
+    });
+    REQUIRE(rt.has_value());
+    auto refused = rt->allocate(2 << 20);
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().code() == errc::out_of_budget);
+  }
+  SECTION("each step's error, as it returned it") {
+    auto no_device = SimRuntime::open(sim, 2);
+    REQUIRE_FALSE(no_device);
+    CHECK(no_device.error().code() == errc::invalid_ordinal);
+    auto no_streams = SimRuntime::open(sim, 0, 0);
+    REQUIRE_FALSE(no_streams);
+    CHECK(no_streams.error().code() == errc::invalid_argument);
+    sim.fail_nth("cuMemPoolSetAttribute", 1, status::out_of_memory);
+    auto no_stack = SimRuntime::open(sim, 0, 2);
+    REQUIRE_FALSE(no_stack);
+    CHECK(no_stack.error().driver_status() == status::out_of_memory);
+    auto refused = SimRuntime::open(sim, 0, 2, [](const std::shared_ptr<StreamPool<SimDriver>>&)
+                                                   -> result<AsyncCuda<SimDriver>> {
+      return error{errc::invalid_argument, "make refused"};
+    });
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().message() == "make refused");
+  }
+  SECTION("a make that builds on another pool is refused by create's check") {
+    auto elsewhere = StreamPool<SimDriver>::open(sim, 1, 2);
+    REQUIRE(elsewhere.has_value());
+    auto rt = SimRuntime::open(sim, 0, 2, [&](const std::shared_ptr<StreamPool<SimDriver>>&) {
+      return AsyncCuda<SimDriver>::create(*elsewhere);
+    });
+    REQUIRE_FALSE(rt);
+    CHECK(rt.error().code() == errc::foreign_block);
+  }
+}
+
 TEST_CASE("32 threads racing the first try_get build exactly one runtime", "[runtime]") {
   // A stack type no other test uses, so that this is its first build.
   using Fresh = DeviceRuntime<DirectCuda<SimDriver>>;

@@ -431,3 +431,22 @@ class [[nodiscard]] result<void> {
 inline result<void> ok() noexcept { return {}; }
 
 }  // namespace xlogrt
+
+// Passing an error on, in a function that returns a result (of any T):
+//   XLOGRT_TRY(expr);             expr's error is returned; its value, if any, dropped
+//   XLOGRT_TRY_ASSIGN(decl, expr) expr's error is returned, else its value moved into
+//                                 `decl` (`auto x`, `Device<D>* p`, an existing variable)
+// Each evaluates expr once. The monadic members compose a chain of calls; these pass on
+// the error of a step whose value later steps need.
+#define XLOGRT_TRY(expr)                                                          \
+  do {                                                                            \
+    if (auto xlogrt_try_result_ = (expr); !xlogrt_try_result_) [[unlikely]]      \
+      return std::move(xlogrt_try_result_).error();                               \
+  } while (false)
+#define XLOGRT_TRY_CONCAT_IMPL_(a, b) a##b
+#define XLOGRT_TRY_CONCAT_(a, b) XLOGRT_TRY_CONCAT_IMPL_(a, b)
+#define XLOGRT_TRY_ASSIGN_IMPL_(tmp, decl, expr)            \
+  auto tmp = (expr);                                        \
+  if (!tmp) [[unlikely]] return std::move(tmp).error();     \
+  decl = std::move(*tmp)
+#define XLOGRT_TRY_ASSIGN(decl, expr) XLOGRT_TRY_ASSIGN_IMPL_(XLOGRT_TRY_CONCAT_(xlogrt_try_, __LINE__), decl, expr)

@@ -41,6 +41,14 @@ class alignas(64) StreamPool {
   using stream_t = typename D::stream_t;
   static constexpr std::size_t MAX_STREAMS = 256;
 
+  /// Opens `ordinal` on `driver` (Device::open) and creates `count` streams on it: a
+  /// device and its streams in one call. Errors: Device::open's, then create's.
+  static result<std::shared_ptr<StreamPool>> open(D& driver, std::uint32_t ordinal, std::size_t count = 8) noexcept {
+    auto device = Device<D>::open(driver, ordinal);
+    if (!device) return std::move(device).error();
+    return create(std::move(*device), count);
+  }
+
   /// Creates `count` (>= 1) non-blocking streams on `device`.
   static result<std::shared_ptr<StreamPool>> create(std::shared_ptr<Device<D>> device,
                                                     std::size_t count = 8) noexcept {

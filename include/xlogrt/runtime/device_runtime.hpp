@@ -161,6 +161,22 @@ class DeviceRuntime {
     return DeviceRuntime(std::move(streams), std::move(stack));
   }
 
+  /// An owned runtime in one call: opens `ordinal` on `driver`, creates `streams` streams,
+  /// builds the stack with `make(streams)` (a callable returning result<Stack>; by
+  /// default StackBuilder<Stack>::build, which the default stack reads the environment
+  /// in) and checks the parts as create() does. Errors: each step's, as it returned it.
+  template <class Make>
+    requires std::is_invocable_r_v<result<Stack>, Make&, const std::shared_ptr<StreamPool<D>>&>
+  static result<DeviceRuntime> open(D& driver, std::uint32_t ordinal, std::size_t streams, Make&& make) noexcept {
+    XLOGRT_TRY_ASSIGN(auto pool, StreamPool<D>::open(driver, ordinal, streams));
+    XLOGRT_TRY_ASSIGN(auto stack, make(std::as_const(pool)));
+    return create(std::move(pool), std::move(stack));
+  }
+  static result<DeviceRuntime> open(D& driver, std::uint32_t ordinal, std::size_t streams = DEFAULT_STREAMS) noexcept {
+    return open(driver, ordinal, streams,
+                [](const std::shared_ptr<StreamPool<D>>& pool) { return StackBuilder<Stack>::build(pool); });
+  }
+
   /// The process-wide runtime of `ordinal` for this Stack type.
   /// Errors: invalid_ordinal (ordinal >= MAX_DEVICE_ORDINALS, or beyond the driver's
   /// devices), no_driver / no_device / driver errors from opening the device.
@@ -229,19 +245,11 @@ class DeviceRuntime {
       : streams_(std::move(streams)), stack_(std::move(stack)) {}
 
   static result<DeviceRuntime*> build(std::uint32_t ordinal) noexcept {
-    auto drv = D::open();
-    if (!drv) return std::move(drv).error();
-    auto dev = Device<D>::open(**drv, ordinal);
-    if (!dev) return std::move(dev).error();
-    auto streams = StreamPool<D>::create(std::move(*dev), DEFAULT_STREAMS);
-    if (!streams) return std::move(streams).error();
-    auto stack = StackBuilder<Stack>::build(*streams);
-    if (!stack) return std::move(stack).error();
+    XLOGRT_TRY_ASSIGN(D* drv, D::open());
     // Checked as an owned runtime is: a StackBuilder specialisation may build its stack
     // on another pool than the one it was given.
-    auto checked = create(std::move(*streams), std::move(*stack));
-    if (!checked) return std::move(checked).error();
-    auto* rt = new (std::nothrow) DeviceRuntime(std::move(*checked));
+    XLOGRT_TRY_ASSIGN(auto checked, open(*drv, ordinal));
+    auto* rt = new (std::nothrow) DeviceRuntime(std::move(checked));
     if (!rt) return error{errc::out_of_memory, "host allocation of a DeviceRuntime failed"};
     return rt;  // leaked on purpose: see the class comment
   }
