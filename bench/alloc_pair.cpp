@@ -87,9 +87,7 @@ int report_failures() {
 template <class D>
 int run_bench(D& drv, const char* where, const Options& opt) {
   const int rounds = opt.rounds, pairs = opt.pairs;
-  auto dev = Device<D>::open(drv, 0);
-  if (!dev) return std::printf("open: %s\n", dev.error().what().c_str()), 1;
-  auto streams = StreamPool<D>::create(*dev, 16);
+  auto streams = StreamPool<D>::open(drv, 0, 16);
   if (!streams) return std::printf("streams: %s\n", streams.error().what().c_str()), 1;
   auto async = AsyncCuda<D>::create(*streams);  // sets the release threshold to max
   if (!async) return std::printf("AsyncCuda: %s\n", async.error().what().c_str()), 1;
@@ -101,11 +99,11 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   auto& rt = *made;
   Raw<D> raw{drv};
   auto s0 = *(*streams)->get(StreamId{0});
-  auto pool = (*dev)->mempool();
-  (void)(*dev)->make_current();
+  auto pool = (*streams)->device()->mempool();
+  (void)(*streams)->device()->make_current();
 
   std::printf("# allocate+deallocate pair cost on %s (%s)\n# %s; %d rounds x %d pairs per sample\n\n",
-              where, (*dev)->info().name.c_str(), machine_line().c_str(), rounds, pairs);
+              where, (*streams)->device()->info().name.c_str(), machine_line().c_str(), rounds, pairs);
 
   // The tables run on one core, 0 unless --core names another (the thread table's
   // workers take cores 1..16): a move to another core mid-table would leave the next
@@ -202,7 +200,7 @@ int run_bench(D& drv, const char* where, const Options& opt) {
         for (int t = 0; t < threads; ++t) {
           ts.emplace_back([&, t] {
             pin_to_core(t + 1);
-            (void)(*dev)->make_current();
+            (void)(*streams)->device()->make_current();
             const StreamId sid{static_cast<std::uint32_t>(t)};
             auto s = *(*streams)->get(sid);
             while (!go.load()) std::this_thread::yield();

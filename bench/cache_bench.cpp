@@ -136,9 +136,7 @@ void print_table(const std::string& title, const std::vector<Alloc>& vs, const S
 
 template <class D>
 int run_bench(D& drv, const char* where, const Options& opt) {
-  auto dev = Device<D>::open(drv, 0);
-  if (!dev) return std::printf("open: %s\n", dev.error().what().c_str()), 1;
-  auto streams = StreamPool<D>::create(*dev, 17);
+  auto streams = StreamPool<D>::open(drv, 0, 17);
   if (!streams) return std::printf("streams: %s\n", streams.error().what().c_str()), 1;
   auto async = AsyncCuda<D>::create(*streams);
   auto bare_up = AsyncCuda<D>::create(*streams);
@@ -151,11 +149,11 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   auto& rt = *made;
   auto& rt_cache = *find_layer<Cached>(rt.stack());
   Raw<D> raw{drv};
-  auto pool = (*dev)->mempool();
-  (void)(*dev)->make_current();
+  auto pool = (*streams)->device()->mempool();
+  (void)(*streams)->device()->make_current();
 
   std::printf("# caching layer: allocate + deallocate pairs on %s (%s)\n# %s; %d rounds x %d pairs per sample\n",
-              where, (*dev)->info().name.c_str(), machine_line().c_str(), opt.rounds, opt.pairs);
+              where, (*streams)->device()->info().name.c_str(), machine_line().c_str(), opt.rounds, opt.pairs);
   std::printf("# default stack: %s\n\n",
               rt_cache.options().enabled ? "Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda>>>>> (cache on)"
                                          : "Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda>>>>> with XLOGRT_CACHE=0 (cache off)");
@@ -296,7 +294,7 @@ int run_bench(D& drv, const char* where, const Options& opt) {
         for (int t = 0; t < threads; ++t) {
           ts.emplace_back([&, t] {
             pin_to_core(t + 1);
-            (void)(*dev)->make_current();
+            (void)(*streams)->device()->make_current();
             const StreamId sid{static_cast<std::uint32_t>(t + 1)};
             while (!go.load()) std::this_thread::yield();
             v.pairs(64 << 10, sid, per_thread);

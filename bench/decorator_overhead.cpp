@@ -194,9 +194,7 @@ int run_noop(int rounds, int pairs, std::size_t bytes, const std::vector<int>& t
 template <class D>
 int run_bench(D& drv, const char* where, int rounds, int pairs, std::size_t bytes,
               const std::vector<int>& thread_counts, bool noop_only) {
-  auto dev = Device<D>::open(drv, 0);
-  if (!dev) return std::printf("open: %s\n", dev.error().what().c_str()), 1;
-  auto streams = StreamPool<D>::create(*dev, 8);
+  auto streams = StreamPool<D>::open(drv, 0, 8);
   if (!streams) return std::printf("streams: %s\n", streams.error().what().c_str()), 1;
   auto a0 = AsyncCuda<D>::create(*streams);
   auto a1 = AsyncCuda<D>::create(*streams);
@@ -216,12 +214,12 @@ int run_bench(D& drv, const char* where, int rounds, int pairs, std::size_t byte
   vs.push_back(make_variant("AsyncCuda (baseline)", bare));
   vs.push_back(make_variant("Budget<Statistics<Logging<AsyncCuda, NullSink>>>", null_stack));
   vs.push_back(make_variant("Budget<Statistics<Logging<AsyncCuda, FileSink>>>", file_stack));
-  auto current = [&] { (void)(*dev)->make_current(); };
+  auto current = [&] { (void)(*streams)->device()->make_current(); };
   current();
 
   std::printf("# decorator overhead per allocate+deallocate pair on %s (%s)\n"
               "# %s; %zu-byte blocks; %d rounds x %d pairs per sample; unlimited budget; file log at %s\n\n",
-              where, (*dev)->info().name.c_str(), machine_line().c_str(), bytes, rounds, pairs, path.c_str());
+              where, (*streams)->device()->info().name.c_str(), machine_line().c_str(), bytes, rounds, pairs, path.c_str());
   if (noop_only) {
     const int rc = run_noop(rounds, pairs, bytes, thread_counts, path, current);
     std::remove(path.c_str());

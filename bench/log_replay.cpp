@@ -125,11 +125,9 @@ ReplayStats replay(const std::vector<LogRecord>& log, Stack& s) {
 
 template <class D>
 int run(D& drv, const char* where, const char* log_path, int repeats) {
-  auto dev = Device<D>::open(drv, 0);
-  if (!dev) return std::printf("open: %s\n", dev.error().what().c_str()), 1;
-  auto streams = StreamPool<D>::create(*dev, STREAMS);
+  auto streams = StreamPool<D>::open(drv, 0, STREAMS);
   if (!streams) return std::printf("streams: %s\n", streams.error().what().c_str()), 1;
-  (void)(*dev)->make_current();
+  (void)(*streams)->device()->make_current();
 
   std::string path;
   bool recorded = false;
@@ -166,7 +164,7 @@ int run(D& drv, const char* where, const char* log_path, int repeats) {
   std::printf("# replay of %s%s on %s (%s)\n# %s; %zu records (%zu allocate, %zu free), %d repeat%s, "
               "stacks interleaved per repeat\n\n",
               recorded ? "a freshly recorded synthetic log" : path.c_str(), recorded ? "" : "", where,
-              (*dev)->info().name.c_str(), machine_line().c_str(), log->size(), allocs, frees, repeats,
+              (*streams)->device()->info().name.c_str(), machine_line().c_str(), log->size(), allocs, frees, repeats,
               repeats == 1 ? "" : "s");
   ReplayStats st;
   for (int k = 0; k < repeats; ++k) {

@@ -13,9 +13,7 @@ using namespace xlogrt;
 
 int main() {
   SimDriver sim(SimConfig{.devices = 1});
-  auto device = Device<SimDriver>::open(sim, 0);
-  if (!device) return std::puts(device.error().what().c_str()), 1;
-  auto streams = StreamPool<SimDriver>::create(*device, 2);
+  auto streams = StreamPool<SimDriver>::open(sim, 0, 2);
   if (!streams) return std::puts(streams.error().what().c_str()), 1;
   // [reactor]
   auto reactor = Reactor<SimDriver>::create(*streams);  // one scanner thread

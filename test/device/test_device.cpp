@@ -132,9 +132,7 @@ TEST_CASE("weak spot: StreamPool::adopt refuses a stream of another device or an
 TEST_CASE("weak spot: a destroyed stream's handle reused for a new stream is adopted as a new stream",
           "[device]") {
   SimDriver sim{SimConfig{.reuse_stream_handles = true}};
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
   REQUIRE(pool.has_value());
   auto& p = **pool;
   auto first = sim.stream_create();

@@ -668,9 +668,7 @@ TEST_CASE("StreamPool knows an adopted stream by its driver id: a reused handle 
           "[.][wrappers]") {
   CudaDriver& d = ok_driver();
   FakeCudaState& st = ok_state();
-  auto dev = Device<CudaDriver>::open(d, 0);
-  REQUIRE(dev);
-  auto pool = StreamPool<CudaDriver>::create(*dev, 2);
+  auto pool = StreamPool<CudaDriver>::open(d, 0, 2);
   REQUIRE(pool);
   auto& p = **pool;
   auto handle = d.stream_create();

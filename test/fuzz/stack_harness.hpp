@@ -178,9 +178,7 @@ class Harness {
   /// Builds the device, the stream pool and the stack; false (the error checked) when a
   /// step failed, as an injected failure may make it.
   bool build() {
-    auto dev = Device<SimDriver>::open(sim_, 0);
-    if (!dev) return setup_failed(dev.error(), "Device::open");
-    auto pool = StreamPool<SimDriver>::create(*dev, STREAMS);
+    auto pool = StreamPool<SimDriver>::open(sim_, 0, STREAMS);
     if (!pool) return setup_failed(pool.error(), "StreamPool::create");
     streams_ = *pool;
     auto s = F::make(streams_);

@@ -38,9 +38,7 @@ struct Rig {
   std::shared_ptr<StreamPool<SimDriver>> streams;
   std::unique_ptr<DeviceRuntime<Stack>> rt;
   Rig() {
-    auto dev = Device<SimDriver>::open(sim, 0);
-    REQUIRE(dev.has_value());
-    auto pool = StreamPool<SimDriver>::create(*dev, 2);
+    auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
     REQUIRE(pool.has_value());
     streams = *pool;
     auto base = AsyncCuda<SimDriver>::create(streams);

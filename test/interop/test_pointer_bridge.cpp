@@ -39,9 +39,7 @@ struct Rig {
   std::unique_ptr<Rt> rt;
 
   Rig() : sim(SimConfig{.executor = SimExecutor::manual}) {
-    auto dev = Device<SimDriver>::open(sim, 0);
-    REQUIRE(dev.has_value());
-    auto pool = StreamPool<SimDriver>::create(*dev, 2);
+    auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
     REQUIRE(pool.has_value());
     streams = *pool;
     auto base = AsyncCuda<SimDriver>::create(streams);
@@ -349,9 +347,7 @@ TEST_CASE("PointerResource over a caching stack: a free names the size asked for
           "[interop]") {
   using CStack = Cached<AsyncCuda<SimDriver>>;
   SimDriver sim(SimConfig{.executor = SimExecutor::manual});
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
   REQUIRE(pool.has_value());
   auto base = AsyncCuda<SimDriver>::create(*pool);
   REQUIRE(base.has_value());

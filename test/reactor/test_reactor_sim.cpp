@@ -329,9 +329,7 @@ TEST_CASE("ping-pong: the host awaits, then enqueues the next operation", "[reac
 
 TEST_CASE("Reactor::create validates its options", "[reactor][errors]") {
   SimDriver sim(sim_config());
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev);
-  auto pool = StreamPool<SimDriver>::create(*dev, 1);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 1);
   REQUIRE(pool);
   ReactorOptions o;
   o.slots = 0;

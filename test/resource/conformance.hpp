@@ -26,9 +26,7 @@ struct Rig {
   using Stack = typename F::type;
 
   explicit Rig(D& drv, std::uint32_t ordinal = 0) {
-    auto dev = Device<D>::open(drv, ordinal);
-    REQUIRE(dev.has_value());
-    auto pool = StreamPool<D>::create(*dev, 4);
+    auto pool = StreamPool<D>::open(drv, ordinal, 4);
     REQUIRE(pool.has_value());
     streams = *pool;
     auto s = F::make(streams);

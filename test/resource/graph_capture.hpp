@@ -28,9 +28,7 @@ constexpr std::uint8_t EAGER_BYTE = 0x11;
 
 template <class D>
 std::shared_ptr<StreamPool<D>> pool_of(D& drv) {
-  auto dev = Device<D>::open(drv, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<D>::create(*dev, 2);
+  auto pool = StreamPool<D>::open(drv, 0, 2);
   REQUIRE(pool.has_value());
   return *pool;
 }

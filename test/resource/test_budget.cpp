@@ -468,9 +468,7 @@ TEST_CASE("a request too big for the budget on a stream the device lacks is unkn
   // Bad input is named before the size is: the caller's mistake is the stream.
   constexpr int ord = 13;
   SimDriver sim{SimConfig{.devices = ord + 1}};
-  auto dev = Device<SimDriver>::open(sim, ord);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, ord, 2);
   REQUIRE(pool.has_value());
   auto base = AsyncCuda<SimDriver>::create(*pool);
   REQUIRE(base.has_value());

@@ -33,9 +33,7 @@ using Stack = Budget<AsyncCuda<SimDriver>>;
 
 /// A Budget stack on `ordinal` of `sim`, with its own stream pool.
 Stack stack_on(SimDriver& sim, std::uint32_t ordinal, BudgetOptions options = {}) {
-  auto dev = Device<SimDriver>::open(sim, ordinal);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, ordinal, 2);
   REQUIRE(pool.has_value());
   auto base = AsyncCuda<SimDriver>::create(*pool);
   REQUIRE(base.has_value());
@@ -44,9 +42,7 @@ Stack stack_on(SimDriver& sim, std::uint32_t ordinal, BudgetOptions options = {}
 
 /// architecture.md's owned runtime: a 64 MiB budget over AsyncCuda, or no limit of its own.
 result<DeviceRuntime<Stack>> owned_runtime(SimDriver& sim, std::optional<std::size_t> limit) {
-  auto device = Device<SimDriver>::open(sim, 0);
-  if (!device) return std::move(device).error();
-  auto streams = StreamPool<SimDriver>::create(*device, 4);
+  auto streams = StreamPool<SimDriver>::open(sim, 0, 4);
   if (!streams) return std::move(streams).error();
   auto base = AsyncCuda<SimDriver>::create(*streams);
   if (!base) return std::move(base).error();

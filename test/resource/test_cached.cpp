@@ -40,9 +40,7 @@ using CachedOver = Cached<Budget<AsyncCuda<SimDriver>>, Protocol>;
 template <class Protocol = CachedProtocol>
 struct Rig {
   explicit Rig(SimConfig cfg = {}, CachedOptions opt = {}, BudgetOptions budget = {}) : sim(cfg) {
-    auto dev = Device<SimDriver>::open(sim, 0);
-    REQUIRE(dev.has_value());
-    auto pool = StreamPool<SimDriver>::create(*dev, 4);
+    auto pool = StreamPool<SimDriver>::open(sim, 0, 4);
     REQUIRE(pool.has_value());
     streams = *pool;
     auto base = AsyncCuda<SimDriver>::create(streams);
@@ -174,9 +172,7 @@ TEST_CASE("requests above the ceiling and a disabled layer go straight to the up
 
 TEST_CASE("create() refuses options out of range with a named error", "[cached]") {
   SimDriver sim{SimConfig{}};
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
   REQUIRE(pool.has_value());
   for (CachedOptions bad : {CachedOptions{.bin_blocks = 0}, CachedOptions{.bin_blocks = 17},
                             CachedOptions{.bin_bytes = 0}, CachedOptions{.max_block_bytes = std::size_t{1} << 41},
@@ -749,9 +745,7 @@ TEST_CASE("a shared class the depot lacks takes a block up to depot_larger_class
 TEST_CASE("the default stack takes the caching layer's sizes from XLOGRT_CACHE; sizes it refuses are named",
           "[cached]") {
   SimDriver sim;
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
   REQUIRE(pool.has_value());
   auto build = [&](const char* value) {
     REQUIRE(::setenv("XLOGRT_CACHE", value, 1) == 0);
@@ -794,9 +788,7 @@ TEST_CASE("a cached block rebuilt under another tag is refused, and the counts a
   // Issue 16's bug 3 through the caching layer: the layer hands a block out again under
   // its new owner's tag, so only a table that knows that tag can refuse a forged one.
   SimDriver sim{SimConfig{}};
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
   REQUIRE(pool.has_value());
   auto base = AsyncCuda<SimDriver>::create(*pool);
   REQUIRE(base.has_value());
@@ -896,9 +888,7 @@ TEST_CASE("NVTX marks: refused without the marks in the program, named; the real
     return CachedOver<>::create(Budget<AsyncCuda<SimDriver>>(std::move(*base)), o);
   };
   SimDriver sim;
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
   REQUIRE(pool.has_value());
   {
     NvtxApiSwap none(nullptr);

@@ -123,9 +123,7 @@ TEST_CASE("the runtime singleton on the GPU", "[gpu][runtime]") {
 }
 
 TEST_CASE("AsyncCuda's hot paths work from a thread with no current context", "[gpu][context]") {
-  auto dev = Device<CudaDriver>::open(*gpu, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<CudaDriver>::create(*dev, 2);
+  auto pool = StreamPool<CudaDriver>::open(*gpu, 0, 2);
   REQUIRE(pool.has_value());
   auto stack = AsyncCuda<CudaDriver>::create(*pool);
   REQUIRE(stack.has_value());

@@ -30,9 +30,7 @@ template <class Up>
 struct SimGuard {
   using Guard = DebugGuard<Up>;
   SimGuard(SimDriver& drv, DebugGuardOptions o) : sim(drv) {
-    auto dev = Device<SimDriver>::open(sim, 0);
-    REQUIRE(dev.has_value());
-    auto pool = StreamPool<SimDriver>::create(*dev, 4);
+    auto pool = StreamPool<SimDriver>::open(sim, 0, 4);
     REQUIRE(pool.has_value());
     streams = *pool;
     if constexpr (std::is_same_v<Up, AsyncCuda<SimDriver>>) {

@@ -20,9 +20,7 @@ namespace {
 
 struct Rig {
   Rig() : sim(SimConfig{.executor = SimExecutor::manual}) {
-    auto dev = Device<SimDriver>::open(sim, 0);
-    REQUIRE(dev.has_value());
-    auto pool = StreamPool<SimDriver>::create(*dev, 2);
+    auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
     REQUIRE(pool.has_value());
     streams = *pool;
   }

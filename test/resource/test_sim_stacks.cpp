@@ -144,9 +144,7 @@ TEST_CASE("the default stack with XLOGRT_CACHE=thread_block_bytes=0 keeps no thr
           "[sim][env_config]") {
   // Issue #28, finding 5: the variable refused the 0 that CachedOptions defines.
   SimDriver sim;
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
   REQUIRE(pool.has_value());
   REQUIRE(::setenv("XLOGRT_CACHE", "thread_block_bytes=0", 1) == 0);
   auto s = StackBuilder<DefaultStackOn<SimDriver>>::build(*pool);
@@ -176,9 +174,7 @@ TEST_CASE("the default stack names XLOGRT_LOG_FILE in its errors, escapes the pa
   // Issue #28, finding 4: the budget's and the cache's errors named their variable and
   // escaped its value; the log file's did neither, and a FIFO made the build wait for ever.
   SimDriver sim;
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
   REQUIRE(pool.has_value());
   auto build = [&](const std::string& value) {
     REQUIRE(::setenv("XLOGRT_LOG_FILE", value.c_str(), 1) == 0);

@@ -18,9 +18,7 @@ using namespace xlogrt;
 namespace {
 
 std::shared_ptr<StreamPool<SimDriver>> pool_of(SimDriver& sim) {
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
   REQUIRE(pool.has_value());
   return *pool;
 }

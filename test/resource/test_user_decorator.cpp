@@ -56,9 +56,7 @@ static_assert(TrackingResource<RealStack> && DriverResource<RealStack> && Recycl
 [[maybe_unused]] result<std::size_t> owned_runtime_on_cuda() {
   auto drv = CudaDriver::open();
   if (!drv) return std::move(drv).error();
-  auto dev = Device<CudaDriver>::open(**drv, 0);
-  if (!dev) return std::move(dev).error();
-  auto pool = StreamPool<CudaDriver>::create(std::move(*dev), 2);
+  auto pool = StreamPool<CudaDriver>::open(**drv, 0, 2);
   if (!pool) return std::move(pool).error();
   auto base = AsyncCuda<CudaDriver>::create(*pool);
   if (!base) return std::move(base).error();

@@ -102,9 +102,7 @@ TEST_CASE("try_get refuses ordinals out of range", "[runtime]") {
 TEST_CASE("an owned runtime is not the singleton", "[runtime]") {
   auto singleton = SimRuntime::try_get(0);
   REQUIRE(singleton.has_value());
-  auto dev = Device<SimDriver>::open(process_sim(), 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(process_sim(), 0, 2);
   REQUIRE(pool.has_value());
   auto stack = AsyncCuda<SimDriver>::create(*pool);
   REQUIRE(stack.has_value());
@@ -214,9 +212,7 @@ TEST_CASE("a failed build leaves the slot empty and the next caller builds it", 
 
 TEST_CASE("reap_pending from many threads at once retires each queued free once", "[runtime][reap]") {
   SimDriver sim{SimConfig{}};
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 4);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 4);
   REQUIRE(pool.has_value());
   auto stack = AsyncCuda<SimDriver>::create(*pool);
   REQUIRE(stack.has_value());
@@ -245,9 +241,7 @@ TEST_CASE("weak spot: DeviceRuntime::create refuses a pool and a stack of differ
   SimDriver sim{SimConfig{}};
   SimDriver other{SimConfig{}};
   const auto pool_on = [](SimDriver& d, std::uint32_t ordinal) {
-    auto dev = Device<SimDriver>::open(d, ordinal);
-    REQUIRE(dev.has_value());
-    auto p = StreamPool<SimDriver>::create(*dev, 2);
+    auto p = StreamPool<SimDriver>::open(d, ordinal, 2);
     REQUIRE(p.has_value());
     return *p;
   };
@@ -279,9 +273,7 @@ TEST_CASE("DeviceRuntime<AnyResource> runs the stack the environment chose", "[r
   STATIC_REQUIRE(std::is_same_v<AnyRuntime::driver_type, SimDriver>);
   STATIC_REQUIRE(AnyRuntime::supports_block_use_tracking);
   SimDriver sim{SimConfig{}};
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto pool = StreamPool<SimDriver>::create(*dev, 2);
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
   REQUIRE(pool.has_value());
 
   for (const char* guard : {"0", "1"}) {
@@ -329,9 +321,7 @@ TEST_CASE("DeviceRuntime<AnyResource>::try_get builds through StackBuilder<AnyRe
 
 TEST_CASE("adaptor.hpp's example decorator runs inside an owned DeviceRuntime", "[runtime][decorator]") {
   SimDriver sim(SimConfig{.devices = 1});
-  auto dev = Device<SimDriver>::open(sim, 0);
-  REQUIRE(dev.has_value());
-  auto streams = StreamPool<SimDriver>::create(*dev, 2);
+  auto streams = StreamPool<SimDriver>::open(sim, 0, 2);
   REQUIRE(streams.has_value());
   auto base = AsyncCuda<SimDriver>::create(*streams);
   REQUIRE(base.has_value());

@@ -31,9 +31,7 @@ struct Program {
 
   explicit Program(std::uint64_t seed)
       : sim(SimConfig{.executor = SimExecutor::manual, .seed = seed}) {
-    auto dev = Device<SimDriver>::open(sim, 0);
-    REQUIRE(dev.has_value());
-    auto pool = StreamPool<SimDriver>::create(*dev, 4);
+    auto pool = StreamPool<SimDriver>::open(sim, 0, 4);
     REQUIRE(pool.has_value());
     streams = *pool;
     auto stack = AsyncCuda<SimDriver>::create(streams);

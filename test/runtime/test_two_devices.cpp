@@ -226,9 +226,7 @@ TEST_CASE("owned runtimes on both devices of one SimDriver allocate each from it
   using Rt = DeviceRuntime<AsyncCuda<SimDriver>>;
   std::vector<Rt> rts;
   for (std::uint32_t ord : {0u, 1u}) {
-    auto dev = Device<SimDriver>::open(sim, ord);
-    REQUIRE(dev.has_value());
-    auto pool = StreamPool<SimDriver>::create(*dev, 4);
+    auto pool = StreamPool<SimDriver>::open(sim, ord, 4);
     REQUIRE(pool.has_value());
     auto base = AsyncCuda<SimDriver>::create(*pool);
     REQUIRE(base.has_value());
@@ -517,9 +515,7 @@ TEST_CASE("a stack on ordinal 0 under a stream pool of ordinal 1 is refused by n
 
   SimDriver sim{SimConfig{.devices = 2}};
   auto pool_on = [&](std::uint32_t ordinal) {
-    auto dev = Device<SimDriver>::open(sim, ordinal);
-    REQUIRE(dev.has_value());
-    auto p = StreamPool<SimDriver>::create(*dev, 4);
+    auto p = StreamPool<SimDriver>::open(sim, ordinal, 4);
     REQUIRE(p.has_value());
     return *p;
   };
