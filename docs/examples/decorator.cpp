@@ -21,6 +21,7 @@ struct MaxRequest : Adaptor<Up> {
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId s, AllocTag t) noexcept {
     if (bytes > max_bytes) {
+      XLOGRT_TRY(check_request(this->upstream(), bytes, s));  // bad input is named first, as everywhere
       return error{errc::too_large, "MaxRequest: " + std::to_string(bytes) + " bytes asked"};
     }
     return this->upstream().allocate(bytes, s, t);
@@ -44,6 +45,8 @@ int demo(Runtime& rt) {
   auto large = rt.allocate(std::size_t{64} << 20, StreamId{0}, AllocTag{2});
   if (!small || large) return 1;
   std::printf("4 KiB allocated; 64 MiB refused: %s\n", large.error().what().c_str());
+  auto unknown = rt.allocate(std::size_t{64} << 20, StreamId{99}, AllocTag{3});
+  if (unknown || unknown.error().code() != errc::unknown_stream) return 1;  // bad input before the limit
   // Forwarded members work through the decorator: tracking, reaping, accounting.
   if (!rt.prepare_block_use(small->id(), StreamId{1}, Access::Read)) return 1;
   if (!rt.finish_block_use(small->id(), StreamId{1}, Access::Read)) return 1;

@@ -38,6 +38,7 @@
 #include "xlogrt/resource/find_layer.hpp"
 #include "xlogrt/resource/live_blocks.hpp"
 #include "xlogrt/resource/logging.hpp"
+#include "xlogrt/resource/request_checks.hpp"
 #include "xlogrt/resource/statistics.hpp"
 #include "xlogrt/runtime/default_stack.hpp"
 #include "xlogrt/runtime/device_runtime.hpp"

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include <xlogrt/sim/sim_driver.hpp>
 #include <xlogrt/runtime.hpp>
@@ -111,4 +113,75 @@ TEST_CASE("a user-defined decorator composes with the shipped ones", "[user_deco
   AnyResource any{MaxRequest<PlainSpy>{PlainSpy(ord), 16}};
   CHECK(any.allocate(17, StreamId{0}, AllocTag{}).error().code() == errc::invalid_argument);
   CHECK(any.record_block_use(DeviceBlock{}, StreamId{0}).error().code() == errc::stream_misuse);
+}
+
+// ---- the order of errors: bad input before a decorator's own refusal ---------------------
+
+namespace {
+
+/// MaxRequest as it should be written: the base's checks before its own refusal.
+template <DeviceMemoryResource Up>
+struct CheckedMaxRequest : MaxRequest<Up> {
+  using MaxRequest<Up>::MaxRequest;
+  result<DeviceBlock> allocate(std::size_t bytes, StreamId s, AllocTag t) noexcept {
+    if (bytes > this->cap) XLOGRT_TRY(check_request(this->upstream(), bytes, s));
+    return MaxRequest<Up>::allocate(bytes, s, t);
+  }
+};
+
+std::shared_ptr<StreamPool<SimDriver>> two_streams(SimDriver& sim) {
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
+  REQUIRE(pool.has_value());
+  return *pool;
+}
+
+AsyncCuda<SimDriver> base_on(const std::shared_ptr<StreamPool<SimDriver>>& streams) {
+  auto a = AsyncCuda<SimDriver>::create(streams);
+  REQUIRE(a.has_value());
+  return std::move(*a);
+}
+
+// The code of each request that is bad input and also over the decorator's cap.
+template <class Stack>
+std::vector<errc> bad_input_codes(Stack& stack) {
+  std::vector<errc> codes;
+  for (auto [bytes, stream] : {std::pair{std::size_t{0}, StreamId{0}}, std::pair{std::size_t{1} << 62, StreamId{0}},
+                               std::pair{std::size_t{8} << 20, StreamId{99}}}) {
+    auto r = stack.allocate(bytes, stream, AllocTag{});
+    REQUIRE_FALSE(r);
+    codes.push_back(r.error().code());
+  }
+  return codes;
+}
+
+}  // namespace
+
+TEST_CASE("check_request gives the base's answer without allocating", "[user_decorator]") {
+  SimDriver sim;
+  auto streams = two_streams(sim);
+  Budget<AsyncCuda<SimDriver>> stack(base_on(streams));
+  CHECK(check_request(stack, 0, StreamId{0}).error().code() == errc::zero_bytes);
+  CHECK(check_request(stack, std::size_t{1} << 62, StreamId{99}).error().code() == errc::too_large);
+  CHECK(check_request(stack, 64, StreamId{99}).error().code() == errc::unknown_stream);
+  CHECK(check_request(stack, 64, StreamId{1}).has_value());
+  CHECK(sim.calls("cuMemAllocFromPoolAsync") == 0);
+  CHECK(stack.bytes_outstanding() == 0);
+  // A stack that exposes no stream pool: zero_bytes alone, the rest left to its allocate.
+  AnyResource erased(base_on(streams));
+  CHECK(check_request(erased, 0, StreamId{0}).error().code() == errc::zero_bytes);
+  CHECK(check_request(erased, 64, StreamId{99}).has_value());
+}
+
+TEST_CASE("a decorator that calls check_request names bad input first; one that does not, hides it",
+          "[user_decorator]") {
+  SimDriver sim;
+  auto streams = two_streams(sim);
+  const std::vector<errc> expected{errc::zero_bytes, errc::too_large, errc::unknown_stream};
+  CheckedMaxRequest<AsyncCuda<SimDriver>> checked(base_on(streams), 1);
+  CHECK(bad_input_codes(checked) == expected);
+  MaxRequest<AsyncCuda<SimDriver>> unchecked(base_on(streams), 1);  // the bug the call prevents
+  CHECK(bad_input_codes(unchecked) != expected);
+  // Budget, a shipped decorator that refuses for a reason of its own, keeps the order.
+  Budget<AsyncCuda<SimDriver>> budget(base_on(streams), BudgetOptions{.limit_bytes = 1 << 20});
+  CHECK(bad_input_codes(budget) == expected);
 }

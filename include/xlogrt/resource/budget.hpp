@@ -20,6 +20,7 @@
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/adaptor.hpp"
 #include "xlogrt/resource/budget_ledger.hpp"
+#include "xlogrt/resource/request_checks.hpp"
 #include "xlogrt/resource/detail/decorator.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
 
@@ -132,10 +133,8 @@ class Budget : public Adaptor<Upstream> {
     if (lease_.slot() == nullptr) return lease_.unavailable();
     detail::BudgetStripe& st = stripe();
     if (!charge(st, bytes)) {
-      // A request that names no stream of the device is bad input before it is too big.
-      if constexpr (DriverResource<Upstream>) {
-        if (auto h = upstream().stream_handle(stream); !h) return std::move(h).error();
-      }
+      // Bad input (no stream of the device, more than the device has) before too big.
+      XLOGRT_TRY(check_request(upstream(), bytes, stream));
       // What the device has already reached comes back without waiting; only then a reap.
       if (!(poll_pending() && charge(st, bytes))) {
         auto reaped = reap_pending();
