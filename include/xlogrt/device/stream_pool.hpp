@@ -44,9 +44,8 @@ class alignas(64) StreamPool {
   /// Opens `ordinal` on `driver` (Device::open) and creates `count` streams on it: a
   /// device and its streams in one call. Errors: Device::open's, then create's.
   static result<std::shared_ptr<StreamPool>> open(D& driver, std::uint32_t ordinal, std::size_t count = 8) noexcept {
-    auto device = Device<D>::open(driver, ordinal);
-    if (!device) return std::move(device).error();
-    return create(std::move(*device), count);
+    XLOGRT_TRY_ASSIGN(auto device, Device<D>::open(driver, ordinal));
+    return create(std::move(device), count);
   }
 
   /// Creates `count` (>= 1) non-blocking streams on `device`.

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <type_traits>
 
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
