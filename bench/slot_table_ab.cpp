@@ -38,7 +38,7 @@
 #include <vector>
 
 #include "bench_util.hpp"
-#include "xlogrt/reactor/atomics.hpp"
+#include "xlogrt/core/atomics.hpp"
 #include "xlogrt/reactor/flags.hpp"
 #include "xlogrt/reactor/slot_table.hpp"
 

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// RelacyAtomics: the atomics policy of the model tests. It maps the policy interface that
-// SlotTable uses (see include/xlogrt/reactor/atomics.hpp) onto Relacy's instrumented
-// types, so that the shipped header runs under the model checker unchanged:
+// RelacyAtomics: the atomics policy of the model tests. It maps the policy interface of
+// xlogrt's lock-free code (see include/xlogrt/core/atomics.hpp) onto Relacy's
+// instrumented types, so that the shipped headers run under the model checker unchanged:
 //   - atomic<T> wraps rl::atomic<T>; every operation takes the std::memory_order the
 //     generic code passes and reports the caller's source line in Relacy's history;
 //   - flag_word is such an atomic: a model's flag cannot be a view over foreign memory;
-//   - cell<P> is an rl::var<P>, so two unordered accesses to one payload are a data race.
+//   - cell<P> is an rl::var<P>, so two unordered accesses to one payload are a data race;
+//   - pause() and yield() both hand the fiber back to Relacy's scheduler: a model has no
+//     cores, and a spin that never yields would be an endless schedule.
 //
 // Relacy defines macros for memory_order_*, new, delete, malloc and free, so it must be
 // the last header of a translation unit, this one included after everything else. Code
@@ -19,7 +21,7 @@
 #include <cstdint>
 #include <source_location>
 
-#include "xlogrt/reactor/atomics.hpp"
+#include "xlogrt/core/atomics.hpp"
 
 #include <relacy/relacy.hpp>  // last: see above
 

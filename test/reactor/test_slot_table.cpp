@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "slot_scenarios.hpp"
-#include "xlogrt/reactor/atomics.hpp"
+#include "xlogrt/core/atomics.hpp"
 #include "xlogrt/reactor/flags.hpp"
 #include "xlogrt/reactor/slot_table.hpp"
 

@@ -4,7 +4,7 @@
 // Completion flags: where the per-slot "this point was reached" words live.
 //
 // A Flags object only places and owns the storage, one Word per slot; how a word is read
-// and written is the Atomics policy's business (see reactor/atomics.hpp). HostFlags keeps
+// and written is the Atomics policy's business (see core/atomics.hpp). HostFlags keeps
 // the words in ordinary host memory, written by a thread that plays the device in tests.
 // PinnedFlags<Driver> (reactor/pinned_flags.hpp) keeps them in page-locked memory the GPU
 // writes with cuStreamWriteValue32; both store std::uint32_t, which StdAtomics reads

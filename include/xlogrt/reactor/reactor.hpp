@@ -67,6 +67,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "xlogrt/core/atomics.hpp"
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/device/device.hpp"
@@ -74,7 +75,6 @@
 #include "xlogrt/driver/concept.hpp"
 #include "xlogrt/driver/lifetime.hpp"
 #include "xlogrt/driver/status.hpp"
-#include "xlogrt/reactor/atomics.hpp"
 #include "xlogrt/reactor/awaitable.hpp"
 #include "xlogrt/reactor/detail/reactor_counters.hpp"
 #include "xlogrt/reactor/detail/reactor_fallback.hpp"

@@ -85,8 +85,8 @@
 #include <utility>
 #include <vector>
 
+#include "xlogrt/core/atomics.hpp"
 #include "xlogrt/core/result.hpp"
-#include "xlogrt/reactor/atomics.hpp"
 #include "xlogrt/reactor/detail/prefetch.hpp"
 #include "xlogrt/reactor/detail/slot_protocol.hpp"
 #include "xlogrt/reactor/flags.hpp"

@@ -22,6 +22,7 @@
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/device/capture_windows.hpp"
 #include "xlogrt/resource/detail/request.hpp"
+#include "xlogrt/resource/detail/slot_tag.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
 
 namespace xlogrt {
@@ -412,7 +413,10 @@ class AsyncCuda {
       alloc_stream = alloc;
       write = Use{.stream = alloc};
       waited = 0;
-      quiet_stream.store(alloc.value, std::memory_order_relaxed);
+      // entry_write (a release), not relaxed, although the slot is not published yet: a
+      // peek with the id of the slot's previous block that loads this value must also
+      // see that block's end (detail/slot_tag.hpp), or it would pass with a stale id.
+      quiet_stream.store(alloc.value, detail::PeekProtocol::entry_write);
     }
     // Layout: what a block used on one stream only touches (these first 32 bytes) shares
     // the slot's first cache line with its tag, lock, pointer and size; the vectors, in
@@ -439,7 +443,7 @@ class AsyncCuda {
     }
     void refresh_quiet() noexcept {
       // Release: pairs with quiet_on's acquire, for the order of the slot's tag checks.
-      quiet_stream.store(quiet() ? alloc_stream.value : NOT_QUIET, std::memory_order_release);
+      quiet_stream.store(quiet() ? alloc_stream.value : NOT_QUIET, detail::PeekProtocol::entry_write);
     }
 
     /// Whether the free needs nothing but the free itself: no use on another stream to
@@ -757,7 +761,7 @@ class AsyncCuda {
   /// Whether a use of `id` on `use` is on the alloc stream of a quiet block (no lock).
   bool quiet_on(BlockId id, StreamId use) const noexcept {
     return state_->table.peek(id, [use](const Track& t) noexcept {
-      return t.quiet_stream.load(std::memory_order_acquire) == use.value;
+      return t.quiet_stream.load(detail::PeekProtocol::entry_read) == use.value;
     });
   }
 

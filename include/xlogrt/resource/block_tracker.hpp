@@ -45,6 +45,9 @@
 // slot's lock: it checks the slot's tag, runs the reader, and checks the tag again (a
 // sequence lock whose sequence is the generation); a reader that raced a free or a reuse
 // of the slot is refused, and the caller takes the locked path, which reports the error.
+// The tag word and the orders the peek and its writers share are detail::SlotTag
+// (detail/slot_tag.hpp), which the model tests run under Relacy; an entry's peeked
+// atomics keep its contract (PeekProtocol::entry_read / entry_write).
 
 #include <array>
 #include <atomic>
@@ -62,6 +65,7 @@
 #include "xlogrt/core/block.hpp"
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
+#include "xlogrt/resource/detail/slot_tag.hpp"
 #include "xlogrt/resource/detail/spin_lock.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
 
@@ -185,17 +189,16 @@ class BlockTable {
   }
 
   /// Without a lock: if `id` names a live block, returns `f(const Entry&)`, which may read
-  /// only the entry's atomics; returns false when it does not, or when the slot was freed
-  /// or reused while f ran (the caller then takes the locked path, which says why).
+  /// only the entry's atomics, with detail::PeekProtocol::entry_read (and every store of
+  /// them uses entry_write: see detail/slot_tag.hpp); returns false when it does not, or
+  /// when the slot was freed or reused while f ran (the caller then takes the locked
+  /// path, which says why).
   template <class F>
   bool peek(BlockId id, F&& f) const noexcept {
     const Slot* slot = slot_of(id);
     if (slot == nullptr) return false;
-    const std::uint64_t want = tag_of(id.generation, true);
-    if (slot->tag.load(std::memory_order_acquire) != want) return false;
-    const bool r = f(static_cast<const Entry&>(slot->entry));
-    // Acquire (and f's loads acquire too): the re-check is not done before f's reads.
-    return r && slot->tag.load(std::memory_order_acquire) == want;
+    return slot->tag.peek(tag_of(id.generation, true),
+                          [&]() noexcept { return f(static_cast<const Entry&>(slot->entry)); });
   }
 
   /// Removes the live block `id` after `f(Entry&)` returns success; on f's failure the
@@ -289,11 +292,11 @@ class BlockTable {
       slot = lock_if_live(id, nullptr, false, true);
       if (slot == nullptr) return false;
       slot->alloc_tag = tag.value;
-      slot->tag.store(tag_of(id.generation, true), std::memory_order_release);
+      slot->tag.publish(tag_of(id.generation, true));
       slot->mu.unlock();
       return true;
     }
-    slot->tag.store(tag_of(id.generation, true), std::memory_order_release);
+    slot->tag.publish(tag_of(id.generation, true));
     return true;
   }
 
@@ -340,8 +343,8 @@ class BlockTable {
   static constexpr std::uint32_t NONE = 0xffffffffu;
 
   struct alignas(64) Slot {
-    std::atomic<std::uint64_t> tag{0};  // generation << 1 | live
-    mutable detail::SpinLock mu;        // guards the rest while the block is live
+    detail::SlotTag<> tag;        // generation << 1 | live (| PARKED); 0 until first used
+    mutable detail::SpinLock mu;  // guards the rest while the block is live
     union {
       std::uint32_t next_free = NONE;  // while free: the next slot of its free list
       std::uint32_t alloc_tag;         // while live: the block's AllocTag
@@ -427,7 +430,7 @@ class BlockTable {
   [[gnu::always_inline]] void retire(BlockId id, Slot* slot) noexcept {
     const std::size_t bytes = slot->bytes;
     const bool spent = id.generation == LAST_GENERATION;
-    slot->tag.store(tag_of(spent ? id.generation : id.generation + 1, false), std::memory_order_release);
+    slot->tag.end(tag_of(spent ? id.generation : id.generation + 1, false));
     slot->mu.unlock();
     // Back to one of its shard's free lists. next_free is read only by whoever takes the
     // slot from that list (the owner, or a holder of the shard's lock).
@@ -449,7 +452,7 @@ class BlockTable {
   /// generation sees what f wrote into the entry.
   [[gnu::always_inline]] BlockId reborn(BlockId id, Slot* slot, bool park) noexcept {
     const std::uint32_t gen = id.generation + 1;
-    slot->tag.store(tag_of(gen, true) | (park ? PARKED : 0), std::memory_order_release);
+    slot->tag.publish(tag_of(gen, true) | (park ? PARKED : 0));
     slot->mu.unlock();
     return BlockId{id.owner, id.index, gen};
   }
@@ -473,7 +476,7 @@ class BlockTable {
       static_assert(std::is_nothrow_assignable_v<Entry&, Init&&>, "init: an Entry, or noexcept init(Entry&)");
       slot.entry = std::forward<Init>(init);
     }
-    slot.tag.store(tag_of(gen, true), std::memory_order_release);
+    slot.tag.publish(tag_of(gen, true));
     return BlockId{s.owner, (local << SHARD_BITS) | sh, gen};
   }
 

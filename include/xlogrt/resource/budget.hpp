@@ -294,7 +294,7 @@ class Budget : public Adaptor<Upstream> {
       return true;
     }
     const auto m = static_cast<std::int64_t>(n);
-    return detail::BudgetSlot::try_charge(st, m) || lease_.slot()->charge_slow(st, m);
+    return st.try_charge(m) || lease_.slot()->charge_slow(st, m);
   }
 
   error over_budget(std::size_t bytes, StreamId stream, AllocTag tag, const result<void>& reaped) const {

@@ -45,8 +45,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "xlogrt/core/atomics.hpp"
 #include "xlogrt/core/result.hpp"
-#include "xlogrt/reactor/atomics.hpp"
 #include "xlogrt/reactor/detail/reactor_waiter.hpp"
 
 namespace xlogrt::detail {

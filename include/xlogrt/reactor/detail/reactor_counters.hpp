@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "xlogrt/reactor/atomics.hpp"
+#include "xlogrt/core/atomics.hpp"
 
 namespace xlogrt::detail {
 

@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <thread>
 
-#include "xlogrt/reactor/atomics.hpp"
+#include "xlogrt/core/atomics.hpp"
 #include "xlogrt/reactor/reactor_options.hpp"
 
 namespace xlogrt::detail {

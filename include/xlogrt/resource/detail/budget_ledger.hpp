@@ -7,16 +7,18 @@
 //
 // Protocol of one device's ledger (no read-modify-write on a line shared by all threads
 // on the fast path). Each device has BUDGET_STRIPES stripes; a thread uses the stripe of
-// its ticket (detail::thread_stripe). A stripe has `charged` (charges minus credits made
-// through it; a stripe that frees blocks charged elsewhere goes negative) and `held` (the
-// credit it may charge up to). In use is the sum of `charged`; the cap is
-// "sum of held <= limit" (`reserved`, kept under the device's spin lock, which guards
-// every write of `held`), and each stripe keeps charged <= held for every charge that
-// passed. With no limit, `held` is BUDGET_UNLIMITED and every check passes.
-// - Charge (fast): fetch_add `charged`, then load `held`; over it, fetch_sub back and
-//   take the slow path. Both seq_cst (free on x86: a locked add is already a full
-//   fence): they pair with the trim below. Credit: fetch_sub `charged`, relaxed (a
-//   credit only makes room; a reader that misses it holds more back, never less).
+// its ticket (detail::thread_stripe). A stripe (detail/budget_stripe.hpp) has `charged`
+// (charges minus credits made through it; a stripe that frees blocks charged elsewhere
+// goes negative) and `held` (the credit it may charge up to). In use is the sum of
+// `charged`; the cap is "sum of held <= limit" (`reserved`, kept under the device's spin
+// lock, which guards every write of `held`), and each stripe keeps charged <= held for
+// every charge that passed. With no limit, `held` is BUDGET_UNLIMITED and every check
+// passes.
+// - Charge (fast, BudgetStripe::try_charge): fetch_add `charged`, then load `held`; over
+//   it, fetch_sub back and take the slow path. Both seq_cst: they pair with the trim
+//   (budget_stripe.hpp has the race, and test/model/test_budget_model.cpp checks it).
+//   Credit: fetch_sub `charged`, relaxed (a credit only makes room; a reader that misses
+//   it holds more back, never less).
 // - Refill (slow, under the lock): the stripe's `held` grows by the request plus a
 //   chunk (limit/256) while the sum stays within the limit. When it does not fit,
 //   every stripe is trimmed to what it has charged (credit stranded in the stripe of
@@ -26,12 +28,10 @@
 //   race for the last free bytes: a charger on another stripe counts for the instant
 //   between its fetch_add and its check, so a reclaim that saw such an overshoot looks
 //   once more before failing.
-// - Trim (under the lock): store `held` = charged + keep, then read `charged` again
-//   and raise `held` to it if it grew. seq_cst: a charger that read the old `held`
-//   made its fetch_add before our store, so the second read sees it and `held` never
-//   drops below a charge that passed. Why not a compare-exchange on `charged` against
-//   `held`: the trim lowers `held` while a charger holds its old value, and a
-//   compare-exchange that sees `charged` come back to the same number (ABA) would pass.
+// - Trim (under the lock, BudgetStripe::trim): store `held` = charged + keep, then read
+//   `charged` again and raise `held` to it if it grew. seq_cst: a charger that read the
+//   old `held` made its fetch_add before our store, so the second read sees it and
+//   `held` never drops below a charge that passed.
 // - A credit that leaves a stripe more than limit/16 of unused credit returns all but a
 //   chunk, and the chunk only while the sum is below the limit (so a thread that
 //   allocates and frees the same sizes never takes the lock, and no stripe keeps credit
@@ -54,6 +54,7 @@
 
 #include "xlogrt/core/error.hpp"
 #include "xlogrt/core/result.hpp"
+#include "xlogrt/resource/detail/budget_stripe.hpp"
 #include "xlogrt/resource/detail/spin_lock.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
 
@@ -68,16 +69,6 @@ namespace detail {
 /// host runs allocate without sharing one.
 inline constexpr std::uint32_t BUDGET_STRIPES = 64;
 
-/// `held` of every stripe while the device has no limit: every charge fits.
-inline constexpr std::int64_t BUDGET_UNLIMITED = std::numeric_limits<std::int64_t>::max();
-
-/// One stripe of a device's ledger (see the protocol block above). Signed, wrapping:
-/// a stripe that credits blocks charged on another stripe goes below zero.
-struct alignas(STRIPE_ALIGN) BudgetStripe {
-  std::atomic<std::int64_t> charged{0};  ///< charges minus credits made through this stripe
-  std::atomic<std::int64_t> held{BUDGET_UNLIMITED};  ///< what it may charge up to; written under the lock
-};
-
 /// One device's ledger: its limit and the stripes charged against it.
 /// Thread-safe. (See the protocol block above.)
 struct BudgetSlot {
@@ -89,39 +80,6 @@ struct BudgetSlot {
   /// without the lock on the free path).
   std::atomic<std::int64_t> return_above{0};
   BudgetStripe stripes[BUDGET_STRIPES];
-
-  static constexpr std::int64_t wrap_add(std::int64_t a, std::int64_t b) noexcept {
-    return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
-  }
-
-  /// The fast path: charges `n` to `st` if it fits under the stripe's `held`.
-  static bool try_charge(BudgetStripe& st, std::int64_t n) noexcept {
-    const std::int64_t v = wrap_add(st.charged.fetch_add(n, std::memory_order_seq_cst), n);
-    if (v <= st.held.load(std::memory_order_seq_cst)) return true;
-    st.charged.fetch_sub(n, std::memory_order_relaxed);
-    return false;
-  }
-
-  /// Lowers `st.held` to what it has charged plus `keep`; returns the credit released.
-  /// @pre mu is held and the device is limited or becoming so.
-  static std::int64_t trim(BudgetStripe& st, std::int64_t keep, bool* overshoot = nullptr) noexcept {
-    const std::int64_t h = st.held.load(std::memory_order_relaxed);  // only we write it
-    const std::int64_t target = wrap_add(st.charged.load(std::memory_order_seq_cst), keep);
-    if (target >= h) return 0;
-    st.held.store(target, std::memory_order_seq_cst);
-    // A charger that read the old `held` made its fetch_add before our store (seq_cst),
-    // so this load sees it: `held` never drops below what a passed check relies on.
-    const std::int64_t c = st.charged.load(std::memory_order_seq_cst);
-    std::int64_t final_held = target;
-    if (c > target) {
-      final_held = c < h ? c : h;
-      st.held.store(final_held, std::memory_order_seq_cst);
-      if (overshoot != nullptr) *overshoot = true;
-    }
-    // Wrapping: from an unlimited stripe (h = BUDGET_UNLIMITED) over a stripe whose charge
-    // went below 0 (frees credited where others charged) the difference is no credit at all.
-    return wrap_add(h, static_cast<std::int64_t>(0 - static_cast<std::uint64_t>(final_held)));
-  }
 
   /// @pre mu is held.
   void set_limit_locked(std::size_t limit_bytes) noexcept {
@@ -139,7 +97,7 @@ struct BudgetSlot {
     // limit revokes no allocation), credit cached under the old limit is gone.
     reserved = 0;
     for (auto& st : stripes) {
-      (void)trim(st, 0);
+      (void)st.trim(0);
       reserved = wrap_add(reserved, st.held.load(std::memory_order_relaxed));
     }
   }
@@ -163,11 +121,11 @@ struct BudgetSlot {
           const std::int64_t give = room - n >= chunk ? n + chunk : room;
           st.held.store(wrap_add(st.held.load(std::memory_order_relaxed), give), std::memory_order_seq_cst);
           reserved += give;
-          if (try_charge(st, n)) return true;
+          if (st.try_charge(n)) return true;
           continue;  // a thread sharing the stripe took it; it was charged, so go on
         }
         if (reclaimed) break;
-        for (auto& other : stripes) reserved -= trim(other, 0, &overshoot);
+        for (auto& other : stripes) reserved -= other.trim(0, &overshoot);
         reclaimed = true;
       }
       // A charger on another stripe was between its fetch_add and its check when we
@@ -192,13 +150,13 @@ struct BudgetSlot {
   /// Credits `n` through `st`, and returns the stripe's unused credit above
   /// `return_above` to the device.
   void credit(BudgetStripe& st, std::int64_t n) noexcept {
-    const std::int64_t v = wrap_add(st.charged.fetch_sub(n, std::memory_order_relaxed), -n);
+    const std::int64_t v = st.credit(n);
     const std::int64_t h = st.held.load(std::memory_order_relaxed);
     if (h == BUDGET_UNLIMITED || h - v <= return_above.load(std::memory_order_relaxed)) return;
     std::lock_guard lock(mu);
     if (st.held.load(std::memory_order_relaxed) == BUDGET_UNLIMITED) return;
     // Keep a chunk, but only out of the free budget: after a lowered limit there is none.
-    reserved -= trim(st, 0);
+    reserved -= st.trim(0);
     const std::int64_t room = static_cast<std::int64_t>(limit.load(std::memory_order_relaxed)) - reserved;
     const std::int64_t keep = room < chunk ? room : chunk;
     if (keep > 0) {

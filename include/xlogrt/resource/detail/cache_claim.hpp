@@ -43,17 +43,10 @@
 
 #include <atomic>
 #include <cstdint>
-#include <thread>
+
+#include "xlogrt/core/atomics.hpp"
 
 namespace xlogrt::detail {
-
-/// The atomics OwnerClaim uses: std::atomic and a spin hint. (The model test supplies
-/// Relacy's, through the same two names.)
-struct StdClaimAtomics {
-  template <class T>
-  using atomic = std::atomic<T>;
-  static void pause() noexcept { std::this_thread::yield(); }
-};
 
 /// The orders of the hand-off. A test seam: the model test derives mutants that weaken
 /// one member and requires the model checker to catch them. Production code never names
@@ -75,7 +68,10 @@ struct ClaimProtocol {
 ///
 /// Thread-safe as stated; lock-free for the owner (it never waits), blocking for the
 /// reclaimer (it waits out one owner call at most).
-template <class Atomics = StdClaimAtomics, class Protocol = ClaimProtocol>
+/// @tparam Atomics  the atomics policy (core/atomics.hpp): its atomic<T>, and yield() for
+///                  the reclaimer's wait, which may last a whole owner call (a driver call
+///                  included), so the reclaimer gives its core away rather than spin.
+template <class Atomics = StdAtomics, class Protocol = ClaimProtocol>
 class OwnerClaim {
  public:
   OwnerClaim() = default;
@@ -101,7 +97,7 @@ class OwnerClaim {
   /// Reclaimer: takes the cache, waiting while the owner is inside it.
   void claim() noexcept {
     claimed_.store(1, Protocol::claim);
-    while (busy_.load(std::memory_order_seq_cst) != 0) Atomics::pause();
+    while (busy_.load(std::memory_order_seq_cst) != 0) Atomics::yield();
   }
   /// Reclaimer: gives the cache back to its owner.
   void release() noexcept { claimed_.store(0, Protocol::release); }

@@ -1,24 +1,32 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-// StdAtomics: the atomics policy the reactor ships with.
+// StdAtomics: the one atomics policy of xlogrt's lock-free code.
 //
-// The reactor's lock-free code (SlotTable) never names std::atomic directly: it takes an
-// Atomics policy that supplies the atomic type, the way completion flags are read and
-// written, the payload cell, the mutex and the spin hints. StdAtomics maps them onto the
-// standard library; the model tests supply a Relacy policy, so the header that ships is
-// the header the model checker runs.
+// Code whose interleavings the model tests check (the reactor's SlotTable, Parker and
+// StreamPoint; the caching layer's OwnerClaim; BlockTable's lock-free peek; the budget's
+// stripes) never names std::atomic directly: it takes an Atomics policy that supplies
+// the atomic type, the way completion flags are read and written, the payload cell, the
+// mutex and the two ways of waiting. StdAtomics maps them onto the standard library;
+// the model tests supply a Relacy policy with the same names (test/model/
+// relacy_atomics.hpp), so the header that ships is the header the model checker runs.
+// It sits in core, below every layer that uses it (resource and reactor).
 //
 // An Atomics policy A provides:
 //   template <class T> using atomic = ...;       std::atomic's interface (load, store,
-//                                                 exchange, fetch_or, fetch_and, ...)
+//                                                 exchange, fetch_add, fetch_sub,
+//                                                 fetch_or, fetch_and, compare_exchange_*)
 //   using flag_word = ...;                        what a Flags object stores per slot
 //   static std::uint32_t load_flag(flag_word&, std::memory_order) noexcept;
 //   static void store_flag(flag_word&, std::uint32_t, std::memory_order) noexcept;
 //   template <class P> class cell;                one payload: put(P&&), take() -> P, destroy()
 //   using mutex = ...;                            for code that blocks (the reactor's parker)
-//   static void pause() noexcept;                 spin-wait hint
-//   static void yield() noexcept;                 give the core away
+//   static void pause() noexcept;                 a spin-wait hint to the core (the x86
+//                                                 `pause`): for a wait of a few hundred
+//                                                 cycles; the thread keeps its core
+//   static void yield() noexcept;                 give the core away to the OS scheduler:
+//                                                 for a wait that may last as long as
+//                                                 another thread's whole call
 //   static std::uint32_t thread_hint() noexcept;  a per-thread number that spreads threads
 //                                                 over a table (a hint, never an identity)
 //
