@@ -91,15 +91,7 @@ class alignas(64) CudaDriver {
   // static (`static auto d = load();`) would be simpler, but it would either cache a
   // failure for the life of the process or need an exception to retry, and xlogrt
   // throws none.
-  static result<CudaDriver*> open() noexcept {
-    if (detail::process_exiting()) [[unlikely]] {
-      return xlogrt::error{errc::shutting_down,
-                           "CudaDriver::open refused: the process is exiting, and libcuda "
-                           "may already be torn down"};
-    }
-    if (CudaDriver* d = instance_.load(std::memory_order_acquire)) return d;
-    return open_slow();
-  }
+  static result<CudaDriver*> open() noexcept;
 
   CudaDriver(const CudaDriver&) = delete;
   CudaDriver& operator=(const CudaDriver&) = delete;
@@ -114,46 +106,17 @@ class alignas(64) CudaDriver {
   // --- Devices and their primary contexts -------------------------------------------
 
   /// cuDeviceGetCount.
-  result<int> device_count() const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuDeviceGetCount");
-    int n = 0;
-    if (const CUresult s = api_.cuDeviceGetCount_(&n); s != CUDA_SUCCESS) [[unlikely]] {
-      return failure(s, "cuDeviceGetCount");
-    }
-    return n;
-  }
+  result<int> device_count() const noexcept;
 
   /// cuDeviceGet. An ordinal out of range fails with CUDA_ERROR_INVALID_DEVICE
   /// (errc::no_device).
-  result<CUdevice> device_get(int ordinal) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuDeviceGet");
-    CUdevice dev = 0;
-    if (const CUresult s = api_.cuDeviceGet_(&dev, ordinal); s != CUDA_SUCCESS) [[unlikely]] {
-      return failure(s, "cuDeviceGet");
-    }
-    return dev;
-  }
+  result<CUdevice> device_get(int ordinal) const noexcept;
 
   /// cuDeviceGetName ("NVIDIA H200").
-  result<std::string> device_name(CUdevice dev) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuDeviceGetName");
-    char name[256] = {};
-    if (const CUresult s = api_.cuDeviceGetName_(name, static_cast<int>(sizeof name) - 1, dev);
-        s != CUDA_SUCCESS) [[unlikely]] {
-      return failure(s, "cuDeviceGetName");
-    }
-    return std::string(name);
-  }
+  result<std::string> device_name(CUdevice dev) const noexcept;
 
   /// cuDeviceTotalMem (the _v2 variant: size_t bytes).
-  result<std::size_t> device_total_mem(CUdevice dev) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuDeviceTotalMem");
-    std::size_t bytes = 0;
-    if (const CUresult s = api_.cuDeviceTotalMem_(&bytes, dev); s != CUDA_SUCCESS) [[unlikely]] {
-      return failure(s, "cuDeviceTotalMem");
-    }
-    return bytes;
-  }
+  result<std::size_t> device_total_mem(CUdevice dev) const noexcept;
 
   /// cuDeviceGetAttribute, with DeviceAttr mapped to CUdevice_attribute.
   ///
@@ -163,54 +126,10 @@ class alignas(64) CudaDriver {
   /// (CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 describes the deprecated v1
   /// operations, which need a kernel module parameter, and is 0 on most machines.)
   /// An attr outside DeviceAttr gives errc::invalid_argument.
-  result<int> device_attribute(CUdevice dev, DeviceAttr attr) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuDeviceGetAttribute");
-    CUdevice_attribute a{};
-    bool always_one = false;
-    switch (attr) {
-      case DeviceAttr::memory_pools_supported:
-        a = CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
-        break;
-      case DeviceAttr::stream_mem_ops_supported:
-        a = CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR;  // validates dev
-        always_one = true;
-        break;
-      case DeviceAttr::can_map_host_memory:
-        a = CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY;
-        break;
-      case DeviceAttr::compute_capability_major:
-        a = CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR;
-        break;
-      case DeviceAttr::compute_capability_minor:
-        a = CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR;
-        break;
-      case DeviceAttr::multiprocessor_count:
-        a = CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT;
-        break;
-      default:
-        return error{errc::invalid_argument,
-                     "device_attribute: DeviceAttr value " +
-                         std::to_string(static_cast<int>(attr)) +
-                         " is not one CudaDriver knows; pass a named DeviceAttr"};
-    }
-    int value = 0;
-    if (const CUresult s = api_.cuDeviceGetAttribute_(&value, a, dev); s != CUDA_SUCCESS)
-        [[unlikely]] {
-      return failure(s, "cuDeviceGetAttribute");
-    }
-    return always_one ? 1 : value;
-  }
+  result<int> device_attribute(CUdevice dev, DeviceAttr attr) const noexcept;
 
   /// cuDevicePrimaryCtxRetain. Balance with primary_ctx_release.
-  result<CUcontext> primary_ctx_retain(CUdevice dev) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuDevicePrimaryCtxRetain");
-    CUcontext ctx = nullptr;
-    if (const CUresult s = api_.cuDevicePrimaryCtxRetain_(&ctx, dev); s != CUDA_SUCCESS)
-        [[unlikely]] {
-      return failure(s, "cuDevicePrimaryCtxRetain");
-    }
-    return ctx;
-  }
+  result<CUcontext> primary_ctx_retain(CUdevice dev) const noexcept;
 
   /// cuDevicePrimaryCtxRelease (_v2).
   result<void> primary_ctx_release(CUdevice dev) const noexcept {
@@ -220,43 +139,16 @@ class alignas(64) CudaDriver {
   /// Makes `ctx` current on the calling thread. cuCtxGetCurrent first, and
   /// cuCtxSetCurrent only when another context (or none) is current, so calling it
   /// before every operation is cheap.
-  result<void> ctx_make_current(CUcontext ctx) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuCtxGetCurrent");
-    CUcontext current = nullptr;
-    if (const CUresult s = api_.cuCtxGetCurrent_(&current); s != CUDA_SUCCESS) [[unlikely]] {
-      return failure(s, "cuCtxGetCurrent");
-    }
-    if (current == ctx) return ok();
-    if (const CUresult s = api_.cuCtxSetCurrent_(ctx); s != CUDA_SUCCESS) [[unlikely]] {
-      return failure(s, "cuCtxSetCurrent");
-    }
-    return ok();
-  }
+  result<void> ctx_make_current(CUcontext ctx) const noexcept;
 
   /// cuMemGetInfo (_v2) of the current context's device.
-  result<MemInfo> mem_get_info() const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuMemGetInfo");
-    MemInfo info;
-    if (const CUresult s = api_.cuMemGetInfo_(&info.free, &info.total); s != CUDA_SUCCESS)
-        [[unlikely]] {
-      return failure(s, "cuMemGetInfo");
-    }
-    return info;
-  }
+  result<MemInfo> mem_get_info() const noexcept;
 
   // --- Streams and events ----------------------------------------------------------
 
   /// cuStreamCreate(CU_STREAM_NON_BLOCKING): the stream does not synchronise with the
   /// legacy default stream.
-  result<CUstream> stream_create() const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuStreamCreate");
-    CUstream s = nullptr;
-    if (const CUresult r = api_.cuStreamCreate_(&s, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS)
-        [[unlikely]] {
-      return failure(r, "cuStreamCreate");
-    }
-    return s;
-  }
+  result<CUstream> stream_create() const noexcept;
 
   /// cuStreamDestroy (_v2): work already enqueued still completes.
   result<void> stream_destroy(CUstream s) const noexcept {
@@ -269,35 +161,15 @@ class alignas(64) CudaDriver {
   }
 
   /// cuStreamQuery: true when all enqueued work is done, false on CUDA_ERROR_NOT_READY.
-  result<bool> stream_query(CUstream s) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuStreamQuery");
-    const CUresult r = api_.cuStreamQuery_(s);
-    if (r == CUDA_SUCCESS) return true;
-    if (r == CUDA_ERROR_NOT_READY) return false;
-    return failure(r, "cuStreamQuery");
-  }
+  result<bool> stream_query(CUstream s) const noexcept;
 
   /// cuStreamGetId: the stream's id, unique over the process's life (a reused handle
   /// gets a new one).
-  result<std::uint64_t> stream_get_id(CUstream s) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuStreamGetId");
-    unsigned long long id = 0;
-    if (const CUresult r = api_.cuStreamGetId_(s, &id); r != CUDA_SUCCESS) [[unlikely]] {
-      return failure(r, "cuStreamGetId");
-    }
-    return static_cast<std::uint64_t>(id);
-  }
+  result<std::uint64_t> stream_get_id(CUstream s) const noexcept;
 
   /// cuStreamGetCtx: the context `s` belongs to (StreamPool::adopt compares it with its
   /// device's).
-  result<CUcontext> stream_context(CUstream s) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuStreamGetCtx");
-    CUcontext ctx = nullptr;
-    if (const CUresult r = api_.cuStreamGetCtx_(s, &ctx); r != CUDA_SUCCESS) [[unlikely]] {
-      return failure(r, "cuStreamGetCtx");
-    }
-    return ctx;
-  }
+  result<CUcontext> stream_context(CUstream s) const noexcept;
 
   /// cuStreamWaitEvent(s, e, 0): work enqueued on `s` afterwards waits for `e`.
   result<void> stream_wait_event(CUstream s, CUevent e) const noexcept {
@@ -305,15 +177,7 @@ class alignas(64) CudaDriver {
   }
 
   /// cuEventCreate(CU_EVENT_DISABLE_TIMING).
-  result<CUevent> event_create() const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuEventCreate");
-    CUevent e = nullptr;
-    if (const CUresult r = api_.cuEventCreate_(&e, CU_EVENT_DISABLE_TIMING); r != CUDA_SUCCESS)
-        [[unlikely]] {
-      return failure(r, "cuEventCreate");
-    }
-    return e;
-  }
+  result<CUevent> event_create() const noexcept;
 
   /// cuEventDestroy (_v2).
   result<void> event_destroy(CUevent e) const noexcept {
@@ -326,13 +190,7 @@ class alignas(64) CudaDriver {
   }
 
   /// cuEventQuery: true when reached, false on CUDA_ERROR_NOT_READY.
-  result<bool> event_query(CUevent e) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuEventQuery");
-    const CUresult r = api_.cuEventQuery_(e);
-    if (r == CUDA_SUCCESS) return true;
-    if (r == CUDA_ERROR_NOT_READY) return false;
-    return failure(r, "cuEventQuery");
-  }
+  result<bool> event_query(CUevent e) const noexcept;
 
   /// cuEventSynchronize.
   result<void> event_synchronize(CUevent e) const noexcept {
@@ -342,64 +200,23 @@ class alignas(64) CudaDriver {
   // --- Memory ------------------------------------------------------------------------
 
   /// cuDeviceGetDefaultMemPool.
-  result<CUmemoryPool> device_default_mempool(CUdevice dev) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuDeviceGetDefaultMemPool");
-    CUmemoryPool pool = nullptr;
-    if (const CUresult s = api_.cuDeviceGetDefaultMemPool_(&pool, dev); s != CUDA_SUCCESS)
-        [[unlikely]] {
-      return failure(s, "cuDeviceGetDefaultMemPool");
-    }
-    return pool;
-  }
+  result<CUmemoryPool> device_default_mempool(CUdevice dev) const noexcept;
 
   /// cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, bytes): how much freed
   /// memory the pool keeps instead of returning it at the next synchronisation.
   result<void> mempool_set_release_threshold(CUmemoryPool pool,
-                                             std::uint64_t bytes) const noexcept {
-    cuuint64_t value = bytes;  // the attribute's value type
-    return call("cuMemPoolSetAttribute", api_.cuMemPoolSetAttribute_, pool,
-                CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, static_cast<void*>(&value));
-  }
+                                             std::uint64_t bytes) const noexcept;
 
   /// cuMemPoolGetAttribute of the pool's four memory counters. `reserved` is the device
   /// memory the pool holds, `used` what allocations from it (live, or freed on a stream
   /// that has not reached the free) occupy; the rest of `reserved` is the pool's own free
   /// memory, which it keeps up to the release threshold. The `_high` values are each
   /// counter's highest since the pool was created or the counter was last reset.
-  result<MemPoolUsage> mempool_usage(CUmemoryPool pool) const noexcept {
-    MemPoolUsage u;
-    const std::pair<CUmemPool_attribute, std::uint64_t*> rows[] = {
-        {CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &u.reserved},
-        {CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &u.reserved_high},
-        {CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &u.used},
-        {CU_MEMPOOL_ATTR_USED_MEM_HIGH, &u.used_high},
-    };
-    for (const auto& [attr, out] : rows) {
-      cuuint64_t value = 0;  // the attributes' value type
-      if (auto r = call("cuMemPoolGetAttribute", api_.cuMemPoolGetAttribute_, pool, attr,
-                        static_cast<void*>(&value));
-          !r) {
-        return std::move(r).error();
-      }
-      *out = value;
-    }
-    return u;
-  }
+  result<MemPoolUsage> mempool_usage(CUmemoryPool pool) const noexcept;
 
   /// cuMemPoolCreate: a pool of pinned device memory on `dev`, beside its default pool
   /// (no IPC handle types), for stream-ordered allocation with cuMemAllocFromPoolAsync.
-  result<CUmemoryPool> mempool_create(CUdevice dev) const noexcept {
-    CUmemPoolProps props{};
-    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
-    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    props.location.id = static_cast<int>(dev);
-    CUmemoryPool pool = nullptr;
-    if (auto r = call("cuMemPoolCreate", api_.cuMemPoolCreate_, &pool, static_cast<const CUmemPoolProps*>(&props)); !r) {
-      return std::move(r).error();
-    }
-    return pool;
-  }
+  result<CUmemoryPool> mempool_create(CUdevice dev) const noexcept;
 
   /// cuMemPoolDestroy: the pool's memory goes back once the last of its blocks is freed.
   result<void> mempool_destroy(CUmemoryPool pool) const noexcept {
@@ -416,15 +233,7 @@ class alignas(64) CudaDriver {
   /// cuMemAllocFromPoolAsync: `bytes` from `pool`, usable by work enqueued on `s` after
   /// this call.
   result<std::uint64_t> mem_alloc_async(std::size_t bytes, CUmemoryPool pool,
-                                        CUstream s) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuMemAllocFromPoolAsync");
-    CUdeviceptr p = 0;
-    if (const CUresult r = api_.cuMemAllocFromPoolAsync_(&p, bytes, pool, s); r != CUDA_SUCCESS)
-        [[unlikely]] {
-      return failure(r, "cuMemAllocFromPoolAsync");
-    }
-    return std::uint64_t{p};
-  }
+                                        CUstream s) const noexcept;
 
   /// cuMemFreeAsync: the memory returns to its pool when `s` reaches this point.
   result<void> mem_free_async(std::uint64_t ptr, CUstream s) const noexcept {
@@ -432,14 +241,7 @@ class alignas(64) CudaDriver {
   }
 
   /// cuMemAlloc (_v2), synchronous.
-  result<std::uint64_t> mem_alloc(std::size_t bytes) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuMemAlloc");
-    CUdeviceptr p = 0;
-    if (const CUresult r = api_.cuMemAlloc_(&p, bytes); r != CUDA_SUCCESS) [[unlikely]] {
-      return failure(r, "cuMemAlloc");
-    }
-    return std::uint64_t{p};
-  }
+  result<std::uint64_t> mem_alloc(std::size_t bytes) const noexcept;
 
   /// cuMemFree (_v2), synchronous.
   result<void> mem_free(std::uint64_t ptr) const noexcept {
@@ -448,27 +250,10 @@ class alignas(64) CudaDriver {
 
   /// cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE): page-locked
   /// host memory, mapped into the device address space, usable from every context.
-  result<void*> mem_host_alloc_mapped(std::size_t bytes) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuMemHostAlloc");
-    void* p = nullptr;
-    if (const CUresult r = api_.cuMemHostAlloc_(
-            &p, bytes, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
-        r != CUDA_SUCCESS) [[unlikely]] {
-      return failure(r, "cuMemHostAlloc");
-    }
-    return p;
-  }
+  result<void*> mem_host_alloc_mapped(std::size_t bytes) const noexcept;
 
   /// cuMemHostGetDevicePointer (_v2, flags 0): the device address of mapped host memory.
-  result<std::uint64_t> mem_host_device_pointer(void* host) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuMemHostGetDevicePointer");
-    CUdeviceptr p = 0;
-    if (const CUresult r = api_.cuMemHostGetDevicePointer_(&p, host, 0u); r != CUDA_SUCCESS)
-        [[unlikely]] {
-      return failure(r, "cuMemHostGetDevicePointer");
-    }
-    return std::uint64_t{p};
-  }
+  result<std::uint64_t> mem_host_device_pointer(void* host) const noexcept;
 
   /// cuMemFreeHost.
   result<void> mem_host_free(void* host) const noexcept {
@@ -522,37 +307,12 @@ class alignas(64) CudaDriver {
 
   /// cuStreamGetCaptureInfo (_v2; the graph and its dependencies are not asked for):
   /// whether `s` is capturing, and the capture's id. Legal on a capturing stream.
-  result<CaptureInfo> stream_capture_info(CUstream s) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuStreamGetCaptureInfo");
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    cuuint64_t id = 0;
-    if (const CUresult r = api_.cuStreamGetCaptureInfo_(s, &status, &id, nullptr, nullptr, nullptr);
-        r != CUDA_SUCCESS) [[unlikely]] {
-      return failure(r, "cuStreamGetCaptureInfo");
-    }
-    switch (status) {
-      case CU_STREAM_CAPTURE_STATUS_ACTIVE: return CaptureInfo{CaptureStatus::active, id};
-      case CU_STREAM_CAPTURE_STATUS_INVALIDATED: return CaptureInfo{CaptureStatus::invalidated, id};
-      default: return CaptureInfo{};
-    }
-  }
+  result<CaptureInfo> stream_capture_info(CUstream s) const noexcept;
 
   /// cuThreadExchangeStreamCaptureMode: sets the calling thread's capture interaction
   /// mode to `mode` and returns the one it replaces. Use it in pairs, restoring the old
   /// mode afterwards.
-  result<CaptureMode> exchange_capture_mode(CaptureMode mode) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuThreadExchangeStreamCaptureMode");
-    CUstreamCaptureMode m = to_cu(mode);
-    if (const CUresult r = api_.cuThreadExchangeStreamCaptureMode_(&m); r != CUDA_SUCCESS)
-        [[unlikely]] {
-      return failure(r, "cuThreadExchangeStreamCaptureMode");
-    }
-    switch (m) {
-      case CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: return CaptureMode::per_thread;
-      case CU_STREAM_CAPTURE_MODE_RELAXED: return CaptureMode::relaxed;
-      default: return CaptureMode::global;
-    }
-  }
+  result<CaptureMode> exchange_capture_mode(CaptureMode mode) const noexcept;
 
   /// cuCtxSynchronize: waits for all work of the calling thread's current context.
   /// Potentially unsafe during a capture (see exchange_capture_mode).
@@ -568,25 +328,10 @@ class alignas(64) CudaDriver {
 
   /// cuStreamEndCapture: the graph recorded since stream_begin_capture(s). A capture
   /// that was invalidated ends too, and fails (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).
-  result<CUgraph> stream_end_capture(CUstream s) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuStreamEndCapture");
-    CUgraph g = nullptr;
-    if (const CUresult r = api_.cuStreamEndCapture_(s, &g); r != CUDA_SUCCESS) [[unlikely]] {
-      return failure(r, "cuStreamEndCapture");
-    }
-    return g;
-  }
+  result<CUgraph> stream_end_capture(CUstream s) const noexcept;
 
   /// cuGraphInstantiateWithFlags (flags 0): an executable graph.
-  result<CUgraphExec> graph_instantiate(CUgraph g) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting("cuGraphInstantiateWithFlags");
-    CUgraphExec x = nullptr;
-    if (const CUresult r = api_.cuGraphInstantiateWithFlags_(&x, g, 0ull); r != CUDA_SUCCESS)
-        [[unlikely]] {
-      return failure(r, "cuGraphInstantiateWithFlags");
-    }
-    return x;
-  }
+  result<CUgraphExec> graph_instantiate(CUgraph g) const noexcept;
 
   /// cuGraphLaunch: the graph's work, ordered after the work already enqueued on `s`.
   result<void> graph_launch(CUgraphExec x, CUstream s) const noexcept {
@@ -606,17 +351,14 @@ class alignas(64) CudaDriver {
   /// The driver's name of status `s` (cuGetErrorName: "CUDA_ERROR_INVALID_VALUE"); the
   /// names status.hpp knows when the driver does not (or may no longer be) asked; empty
   /// for a status nobody knows.
-  std::string status_name(int s) const {
-    if (s >= 0 && s <= static_cast<int>(CUDA_ERROR_UNKNOWN) && !exiting_now()) {
-      const char* n = nullptr;
-      if (api_.cuGetErrorName_(static_cast<CUresult>(s), &n) == CUDA_SUCCESS && n != nullptr) {
-        return n;
-      }
-    }
-    return std::string(status::name(s));
-  }
+  std::string status_name(int s) const;
 
  private:
+  // The members declared here or above without a body are defined in
+  // detail/cuda_driver_impl.hpp, included at the end of this header. Each is inline, as
+  // it was when defined in the class: its definition says so, or, for a noinline one, its
+  // declaration here (GCC wants the keyword beside the attribute).
+
   explicit CudaDriver(detail::LoadedCuda&& loaded) noexcept
       : api_(loaded.api), library_(std::move(loaded.library)), version_(loaded.version) {}
 
@@ -625,60 +367,17 @@ class alignas(64) CudaDriver {
   /// driver call on the hot paths to miss on.
   bool exiting_now() const noexcept { return exiting_.load(std::memory_order_acquire); }
 
-  static constexpr CUstreamCaptureMode to_cu(CaptureMode m) noexcept {
-    switch (m) {
-      case CaptureMode::per_thread: return CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-      case CaptureMode::relaxed: return CU_STREAM_CAPTURE_MODE_RELAXED;
-      default: return CU_STREAM_CAPTURE_MODE_GLOBAL;
-    }
-  }
+  static constexpr CUstreamCaptureMode to_cu(CaptureMode m) noexcept;
 
   // One wrapper of a call whose only output is its status.
   template <class Fn, class... Args>
-  result<void> call(const char* name, Fn fn, Args... args) const noexcept {
-    if (exiting_now()) [[unlikely]] return exiting(name);
-    if (const CUresult s = fn(args...); s != CUDA_SUCCESS) [[unlikely]] return failure(s, name);
-    return ok();
-  }
+  result<void> call(const char* name, Fn fn, Args... args) const noexcept;
 
-  [[gnu::cold, gnu::noinline]] xlogrt::error failure(CUresult s, const char* fn_name) const {
-    const int st = static_cast<int>(s);
-    return status::driver_failure(st, fn_name, status_name(st));
-  }
+  [[gnu::cold, gnu::noinline]] inline xlogrt::error failure(CUresult s, const char* fn_name) const;
 
-  [[gnu::cold, gnu::noinline]] static xlogrt::error exiting(const char* fn_name) {
-    return xlogrt::error{errc::shutting_down,
-                         std::string(fn_name) +
-                             " was not called: the process is exiting and libcuda may "
-                             "already be torn down; release GPU resources before exit"};
-  }
+  [[gnu::cold, gnu::noinline]] static inline xlogrt::error exiting(const char* fn_name);
 
-  [[gnu::noinline]] static result<CudaDriver*> open_slow() noexcept {
-    std::lock_guard<std::mutex> lock(open_mutex_);
-    if (CudaDriver* d = instance_.load(std::memory_order_relaxed)) return d;
-    auto loaded = detail::load_cuda_driver();
-    if (!loaded) return std::move(loaded).error();
-    // Leaked on purpose, and libcuda never dlclosed: runtimes, streams and leaked
-    // singletons hold references to this object and call through its table until the
-    // very end of the process, and destroying either at exit would race with libcuda's
-    // own teardown (driver/lifetime.hpp). The exit flag stops the calls instead.
-    auto* d = new (std::nothrow) CudaDriver(std::move(*loaded));
-    if (d == nullptr) {
-      return xlogrt::error{errc::out_of_memory,
-                           "CudaDriver::open could not allocate the driver object"};
-    }
-    // Armed after cuInit (in load_cuda_driver), so that the flag handler is registered
-    // after any exit handler libcuda registered while initialising, and therefore runs
-    // before it: no xlogrt call reaches libcuda once its teardown may have begun.
-    detail::arm_exit_guard();
-    instance_.store(d, std::memory_order_release);
-    // The driver's own copy of the flag (exiting_now()), set by a handler registered next
-    // to the global one, so it runs at the same point of the exit.
-    std::atexit([] {
-      instance_.load(std::memory_order_acquire)->exiting_.store(true, std::memory_order_release);
-    });
-    return d;
-  }
+  [[gnu::noinline]] static inline result<CudaDriver*> open_slow() noexcept;
 
   // First line: the exit flag, the table's three bootstrap entries and its first four
   // (the hot paths' calls; see XLOGRT_CUDA_API_ENTRIES).
@@ -695,3 +394,6 @@ static_assert(Driver<CudaDriver>);
 static_assert(CapturingDriver<CudaDriver>);
 
 }  // namespace xlogrt
+
+// The members defined out of line (see the private section).
+#include "xlogrt/driver/detail/cuda_driver_impl.hpp"

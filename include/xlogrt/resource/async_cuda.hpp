@@ -115,36 +115,7 @@ class AsyncCuda {
   /// Errors: driver_error (status not_supported) when the device has no memory pools;
   /// driver errors setting the release threshold or reserving events.
   static result<AsyncCuda> create(std::shared_ptr<StreamPool<D>> streams,
-                                  AsyncCudaOptions options = {}) noexcept {
-    const auto& dev = *streams->device();
-    if (!dev.info().memory_pools) {
-      return status::driver_failure(status::not_supported, "cuMemAllocFromPoolAsync", {},
-                                    "opening ordinal " + std::to_string(dev.ordinal()) +
-                                        ": the device has no stream-ordered memory pools (use DirectCuda)");
-    }
-    if (auto r = dev.make_current(); !r) return std::move(r).error();
-    if (auto r = dev.driver().mempool_set_release_threshold(dev.mempool(), options.release_threshold); !r) {
-      return std::move(r).error();
-    }
-    AsyncCuda a(std::move(streams));
-    if (auto r = a.state_->events.reserve(options.reserve_events); !r) return std::move(r).error();
-    if (options.small_pool_bytes != 0) {
-      if constexpr (creates_pools) {
-        auto pool = dev.driver().mempool_create(dev.handle());
-        if (!pool) return std::move(pool).error();
-        a.state_->small_pool = *pool;  // destroyed with the state from here on
-        if (auto r = dev.driver().mempool_set_release_threshold(*pool, options.release_threshold); !r) {
-          return std::move(r).error();
-        }
-        a.small_pool_ = *pool;
-        a.small_max_ = options.small_pool_bytes;
-      } else {
-        return error{errc::invalid_argument, "AsyncCudaOptions::small_pool_bytes needs a driver that creates "
-                                             "memory pools (mempool_create): set it to 0 on this one"};
-      }
-    }
-    return a;
-  }
+                                  AsyncCudaOptions options = {}) noexcept;
 
   /// The common case, on a thread with a block table shard of its own, makes no result
   /// but the one it returns; the rest (bad input, a driver failure, a new slot) is out of
@@ -233,29 +204,14 @@ class AsyncCuda {
   /// of this resource.
   [[gnu::always_inline]] bool unpark_block(BlockId id, AllocTag tag) noexcept { return state_->table.unpark(id, tag); }
 
-  std::size_t bytes_outstanding() const noexcept {
-    std::size_t sum = state_->table.live_bytes();
-    const std::size_t n = streams_->size();
-    for (std::size_t i = 0; i < n; ++i) {
-      // A reap racing this may have retired more than the queued count read here.
-      const std::uint64_t r = state_->retired[i].load(std::memory_order_relaxed);
-      const std::uint64_t q = state_->queued(i, std::memory_order_relaxed);
-      sum += q > r ? static_cast<std::size_t>(q - r) : 0;
-    }
-    return sum;
-  }
+  std::size_t bytes_outstanding() const noexcept;
 
   /// Waits for every free queued so far and retires its bytes, except on a stream that is
   /// capturing (synchronising it would invalidate the capture: its frees stay pending), and
   /// queues the frees deferred by a capture that has ended. Safe to call from many
   /// threads at once: each reaper retires at most what it saw queued before its own
   /// synchronisation, and never what another reaper has already retired.
-  result<void> reap_pending() noexcept {
-    if (auto r = make_current(); !r) return r;
-    std::optional<detail::RelaxedCapture<D>> relaxed;  // its calls stay legal during a capture
-    if (detail::capture_windows_open()) [[unlikely]] relaxed.emplace(driver());
-    return reap_now();
-  }
+  result<void> reap_pending() noexcept;
 
   /// Retires, without waiting, the queued frees the device has been seen to reach, and
   /// returns their bytes. Per stream with frees not yet retired: when the event recorded
@@ -265,47 +221,7 @@ class AsyncCuda {
   /// left alone. First, the frees a capture deferred are queued once it has ended. One
   /// poll at a time: a call that finds another thread polling returns 0 at once. Errors:
   /// the driver's (what was retired before stays so).
-  result<std::size_t> poll_pending() noexcept {
-    std::unique_lock lock(state_->poll_mu, std::try_to_lock);
-    if (!lock.owns_lock()) return std::size_t{0};
-    std::optional<detail::RelaxedCapture<D>> relaxed;  // its calls stay legal during a capture
-    if (detail::capture_windows_open()) [[unlikely]] relaxed.emplace(driver());
-    if (auto r = queue_deferred(); !r) return std::move(r).error();
-    std::size_t freed = 0;
-    const std::size_t n = streams_->size();
-    for (std::size_t i = 0; i < n; ++i) {
-      Mark& m = state_->marks[i];
-      if (m.armed) {
-        auto reached = driver().event_query(m.event);
-        if (!reached) return std::move(reached).error();
-        if (!*reached) continue;  // the stream has not got there yet: look again next time
-        freed += retire(i, m.at);
-        m.armed = false;
-      }
-      // Acquire pairs with count_queued's release: the frees counted were queued before
-      // the event is recorded below.
-      const std::uint64_t seen = state_->queued(i, std::memory_order_acquire);
-      if (seen <= state_->retired[i].load(std::memory_order_relaxed)) continue;
-      const stream_t s = streams_->at(StreamId{static_cast<std::uint32_t>(i)});
-      if (capturing(s)) continue;  // a query, or an event recorded into the capture, would break it
-      auto idle = driver().stream_query(s);
-      if (!idle) return std::move(idle).error();
-      if (*idle) {  // every free counted in `seen` has run
-        freed += retire(i, seen);
-        continue;
-      }
-      if (!m.has_event) {
-        auto e = state_->events.acquire();
-        if (!e) return std::move(e).error();
-        m.event = *e;
-        m.has_event = true;
-      }
-      if (auto r = driver().event_record(m.event, s); !r) return std::move(r).error();
-      m.at = seen;
-      m.armed = true;
-    }
-    return freed;
-  }
+  result<std::size_t> poll_pending() noexcept;
 
   /// The bytes of every free retired so far (by reap_pending or poll_pending): a count
   /// that only grows.
@@ -331,24 +247,7 @@ class AsyncCuda {
   }
 
   /// Call BEFORE enqueuing work on `use` that touches block `id` with `access`.
-  result<void> prepare_block_use(BlockId id, StreamId use, Access access) noexcept {
-    auto s = streams_->get(use);
-    if (!s) return std::move(s).error();
-    if (quiet_on(id, use)) return ok();
-    return tracked(id, nullptr, [&](Track& t) -> result<void> {
-      if (t.write.stream != use && !t.write_waited(use)) {
-        if (auto w = wait_for(t, *s, t.write); !w) return w;
-        t.mark_write_waited(use);
-      }
-      if (writes(access)) {
-        for (Use& rd : t.reads) {
-          if (rd.stream == use) continue;
-          if (auto w = wait_for(t, *s, rd); !w) return w;
-        }
-      }
-      return ok();
-    });
-  }
+  result<void> prepare_block_use(BlockId id, StreamId use, Access access) noexcept;
 
   /// Call AFTER enqueuing work on `use` that touches block `id` with `access`.
   ///
@@ -397,6 +296,13 @@ class AsyncCuda {
   }
 
  private:
+  // The members declared here without a body are defined in detail/async_cuda_impl.hpp,
+  // included at the end of this header; the hot paths (allocate, deallocate,
+  // recycle_block and the quiet check of the tracking calls) stay here, in the class.
+  // Each of those members is inline, as it was when defined in the class: its definition
+  // says so, or, for a noinline one, its declaration here (GCC wants the keyword beside
+  // the attribute).
+
   /// One use of a block on a stream. `event` is valid (recorded after the use) only
   /// when `recorded`; `has_event` says whether an event object is held for re-recording.
   struct Use {  // 16 bytes: the event first, then the rest packed behind it
@@ -566,15 +472,7 @@ class AsyncCuda {
 
   /// Raises stream i's retired count to `to` (never lowers it) and returns the bytes it
   /// added, which also go to the running total.
-  std::size_t retire(std::size_t i, std::uint64_t to) noexcept {
-    std::atomic<std::uint64_t>& retired = state_->retired[i];
-    std::uint64_t done = retired.load(std::memory_order_relaxed);
-    while (done < to && !retired.compare_exchange_weak(done, to, std::memory_order_relaxed)) {
-    }
-    if (done >= to) return 0;
-    state_->retired_total.fetch_add(to - done, std::memory_order_release);
-    return static_cast<std::size_t>(to - done);
-  }
+  std::size_t retire(std::size_t i, std::uint64_t to) noexcept;
 
   /// True once every POLL_EVERY calls on the calling thread.
   static bool poll_due() noexcept {
@@ -583,161 +481,43 @@ class AsyncCuda {
   }
 
   /// allocate's rest, once the driver has handed out `ptr`: a new slot of the block table.
-  [[gnu::noinline]] result<DeviceBlock> insert_general(std::uint64_t ptr, std::size_t bytes, StreamId stream,
-                                                       stream_t s, AllocTag tag) noexcept {
-    auto id = state_->table.insert(ptr, bytes, tag, [stream](Track& t) noexcept { t.start(stream); });
-    if (!id) [[unlikely]] {
-      (void)driver().mem_free_async(ptr, s);
-      return std::move(id).error();
-    }
-    return DeviceBlock{ptr, bytes, stream, ordinal_, tag, *id};
-  }
+  [[gnu::noinline]] inline result<DeviceBlock> insert_general(std::uint64_t ptr, std::size_t bytes, StreamId stream,
+                                                              stream_t s, AllocTag tag) noexcept;
 
   /// deallocate in full: checks `b`, makes the alloc stream wait for the uses on other
   /// streams, queues the free and gives back the events the block held.
-  [[gnu::noinline]] result<void> free_general(DeviceBlock&& b) noexcept {
-    if (auto r = detail::check_block(b, device_ordinal()); !r) return r;
-    auto s = streams_->get(b.alloc_stream());
-    if (!s) return std::move(s).error();
-    const stream_t a = *s;
-    if (detail::capture_windows_open() && capturing(a)) return defer_free(std::move(b));
-    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) -> result<void> {
-      if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
-      return queue_free<false>(t, b, a);
-    });
-    if (!r) return r;
-    DeviceBlock gone = std::move(b);
-    if (poll_due()) (void)poll_pending();
-    return ok();
-  }
+  [[gnu::noinline]] inline result<void> free_general(DeviceBlock&& b) noexcept;
 
   /// reap_pending's synchronisations and retirements.
-  result<void> reap_now() noexcept {
-    if (auto r = queue_deferred(); !r) return r;
-    const std::size_t n = streams_->size();
-    for (std::size_t i = 0; i < n; ++i) {
-      // Acquire pairs with count_queued's release: every free counted in `seen` was
-      // queued before the synchronisation below.
-      const std::uint64_t seen = state_->queued(i, std::memory_order_acquire);
-      std::atomic<std::uint64_t>& retired = state_->retired[i];
-      std::uint64_t done = retired.load(std::memory_order_relaxed);
-      if (seen == done) continue;
-      auto s = streams_->get(StreamId{static_cast<std::uint32_t>(i)});
-      if (!s) return std::move(s).error();
-      if (capturing(*s)) continue;
-      if (auto r = driver().stream_synchronize(*s); !r) return r;
-      retire(i, seen);
-    }
-    return ok();
-  }
+  result<void> reap_now() noexcept;
 
   /// Whether `s` is capturing (or its capture was invalidated and has not ended): a driver
   /// call on it other than an enqueue would break or fail the capture. A failed query
   /// says no: the call it guards then reports the driver's error itself.
-  bool capturing(stream_t s) const noexcept {
-    auto info = driver().stream_capture_info(s);
-    return info && info->status != CaptureStatus::none;
-  }
+  bool capturing(stream_t s) const noexcept;
 
   /// Keeps the free of `b` (live, checked, its alloc stream capturing) for the first
   /// poll_pending or reap_pending after the capture. A block the table no longer knows is
   /// refused now, as the free would refuse it.
-  [[gnu::cold, gnu::noinline]] result<void> defer_free(DeviceBlock&& b) noexcept {
-    // The table checks `b` as for the free; the callback, reached only when it passes,
-    // declines the erase.
-    bool valid = false;
-    auto checked = state_->table.erase_if(b.id(), &b, [&](Track&) -> result<void> {
-      valid = true;
-      return error{errc::cancelled, "deferred"};
-    });
-    if (!valid) return checked;
-    try {
-      std::lock_guard lock(state_->deferred_mu);
-      state_->deferred.push_back(std::move(b));
-      state_->has_deferred.store(true, std::memory_order_release);
-    } catch (...) {
-      return error{errc::out_of_memory, "host memory exhausted deferring a free during stream capture: the block "
-                                        "is still live; free it again after the capture ends"};
-    }
-    return ok();
-  }
+  [[gnu::cold, gnu::noinline]] inline result<void> defer_free(DeviceBlock&& b) noexcept;
 
   /// Queues the deferred frees whose alloc stream no longer captures.
-  result<void> queue_deferred() noexcept {
-    if (!state_->has_deferred.load(std::memory_order_acquire)) return ok();
-    std::vector<DeviceBlock> todo;
-    {
-      std::lock_guard lock(state_->deferred_mu);
-      todo.swap(state_->deferred);
-      state_->has_deferred.store(false, std::memory_order_relaxed);
-    }
-    result<void> first = ok();
-    for (DeviceBlock& b : todo) {
-      auto r = free_general(std::move(b));  // defers again while the stream still captures
-      if (!r && first) first = std::move(r);
-    }
-    return first;
-  }
+  result<void> queue_deferred() noexcept;
 
   /// recycle_block in full: checks `b` and `to`, and orders the uses on other streams
   /// before the alloc stream, as free_general does.
-  [[gnu::noinline]] result<DeviceBlock> recycle_general(DeviceBlock& b, StreamId to, Park park) noexcept {
-    if (auto r = detail::check_block(b, device_ordinal()); !r) return std::move(r).error();
-    auto s = streams_->get(b.alloc_stream());
-    if (!s) return std::move(s).error();
-    if (!streams_->contains(to)) return streams_->unknown(to);
-    const stream_t a = *s;
-    if (b.id().generation == BlockTable<Track>::LAST_GENERATION) [[unlikely]] return recycle_moving(b, to, a, park);
-    auto id = state_->table.renew(
-        b.id(), &b,
-        [&](Track& t) -> result<void> {
-          if (auto r = end_life(t, b, to, a); !r) return r;
-          t.start(to);
-          return ok();
-        },
-        park);
-    if (!id) return std::move(id).error();
-    DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), *id};
-    DeviceBlock gone = std::move(b);
-    return next;
-  }
+  [[gnu::noinline]] inline result<DeviceBlock> recycle_general(DeviceBlock& b, StreamId to, Park park) noexcept;
 
   /// recycle_block of a block in its slot's last generation, which the slot cannot renew:
   /// the same, into a new slot. The new slot is taken first, so that a failure leaves `b`
   /// as it was.
-  [[gnu::cold, gnu::noinline]] result<DeviceBlock> recycle_moving(DeviceBlock& b, StreamId to, stream_t a,
-                                                                 Park park) noexcept {
-    auto fresh = state_->table.insert(b.ptr(), b.bytes(), b.tag(), [to](Track& t) noexcept { t.start(to); });
-    if (!fresh) return std::move(fresh).error();
-    if (park.to) (void)state_->table.park(*fresh);  // its id is not known to anyone yet
-    auto r = state_->table.erase_if(b.id(), &b, [&](Track& t) { return end_life(t, b, to, a); }, park.from);
-    if (!r) {
-      (void)state_->table.erase_if(*fresh, nullptr, [](Track&) { return ok(); }, park.to);
-      return std::move(r).error();
-    }
-    DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), *fresh};
-    DeviceBlock gone = std::move(b);
-    return next;
-  }
+  [[gnu::cold, gnu::noinline]] inline result<DeviceBlock> recycle_moving(DeviceBlock& b, StreamId to, stream_t a,
+                                                                        Park park) noexcept;
 
   /// What a recycle does to the old life of `b` (under its lock): checks that it may move
   /// to `to`, makes the alloc stream `a` wait for the uses on other streams, and lets go of
   /// its events.
-  result<void> end_life(Track& t, const DeviceBlock& b, StreamId to, stream_t a) noexcept {
-    if (t.alloc_stream != b.alloc_stream()) {
-      return error{errc::foreign_block, "block " + b.id().to_string() + " names stream " +
-                                            std::to_string(b.alloc_stream().value) + ", not its alloc stream " +
-                                            std::to_string(t.alloc_stream.value)};
-    }
-    if (to != b.alloc_stream() && !t.alone()) {
-      return error{errc::invalid_argument, "block " + b.id().to_string() +
-                                               " has uses on other streams: it can move to stream " +
-                                               std::to_string(to.value) + " only once renewed on its own"};
-    }
-    if (auto w = t.for_each_other([&](Use& u) { return wait_for(t, a, u); }); !w) return w;
-    t.release_events(state_->events);
-    return ok();
-  }
+  result<void> end_life(Track& t, const DeviceBlock& b, StreamId to, stream_t a) noexcept;
 
   /// Both frees' last step, under the block's lock once every use on another stream is
   /// waited for: queues the free on `a`, lets go of the block's events and counts its
@@ -767,92 +547,23 @@ class AsyncCuda {
 
   /// Runs f(Track&) under the block's lock, then refreshes its quiet mark.
   template <class F>
-  result<void> tracked(BlockId id, const DeviceBlock* block, F&& f) noexcept {
-    return state_->table.with(id, Lookup::use, [&](Track& t) -> result<void> {
-      result<void> r = f(t);
-      t.refresh_quiet();
-      return r;
-    }, block);
-  }
+  result<void> tracked(BlockId id, const DeviceBlock* block, F&& f) noexcept;
 
   /// Records `u`'s event on its stream now (a lazy use on the alloc stream).
-  result<void> resolve(Track& t, Use& u) noexcept {
-    if (u.recorded) return ok();
-    if (!u.has_event) {
-      if (!t.spare.empty()) {
-        u.event = t.spare.back();
-        t.spare.pop_back();
-      } else {
-        auto e = state_->events.acquire();
-        if (!e) return std::move(e).error();
-        u.event = *e;
-      }
-      u.has_event = true;
-    }
-    auto s = streams_->get(u.stream);
-    if (!s) return std::move(s).error();
-    if (auto r = driver().event_record(u.event, *s); !r) return r;
-    u.recorded = true;
-    return ok();
-  }
+  result<void> resolve(Track& t, Use& u) noexcept;
 
-  result<void> wait_for(Track& t, stream_t waiter, Use& u) noexcept {
-    if (auto r = resolve(t, u); !r) return r;
-    return driver().stream_wait_event(waiter, u.event);
-  }
+  result<void> wait_for(Track& t, stream_t waiter, Use& u) noexcept;
 
   /// Updates `u` for a new use on its stream: recorded now, or left lazy on the alloc
   /// stream. The event object is kept and re-recorded.
-  result<void> note_use(Track& t, Use& u) noexcept {
-    u.recorded = false;
-    if (u.stream == t.alloc_stream) return ok();
-    return resolve(t, u);
-  }
+  result<void> note_use(Track& t, Use& u) noexcept;
 
-  result<void> finish(BlockId id, StreamId use, Access access, const DeviceBlock* block) noexcept {
-    if (!streams_->contains(use)) return streams_->unknown(use);
-    return tracked(id, block, [&](Track& t) -> result<void> {
-      if (writes(access)) {
-        const bool same = t.write.stream == use;
-        Use next = same ? t.write : Use{.stream = use};
-        result<void> n = note_use(t, next);  // on failure `next` is lazy: kept all the same
-        if (!same) t.keep(t.write, state_->events);
-        for (const Use& rd : t.reads) t.keep(rd, state_->events);
-        t.reads.clear();
-        t.write = next;
-        t.waited = 0;
-        return kept_lazily(std::move(n), use);
-      }
-      for (Use& rd : t.reads) {
-        if (rd.stream == use) return kept_lazily(note_use(t, rd), use);
-      }
-      Use fresh{.stream = use};
-      result<void> n = note_use(t, fresh);
-      try {
-        t.spilled = true;
-        t.reads.push_back(fresh);
-      } catch (...) {
-        t.keep(fresh, state_->events);
-        return error{errc::out_of_memory, "host memory exhausted recording a use of block " + id.to_string() +
-                                              " on stream " + std::to_string(use.value) +
-                                              ": the use is not recorded; synchronise that stream before the "
-                                              "block's free or its next use on another stream"};
-      }
-      return kept_lazily(std::move(n), use);
-    });
-  }
+  result<void> finish(BlockId id, StreamId use, Access access, const DeviceBlock* block) noexcept;
 
   /// finish's result when its event could not be recorded (a driver error): the use is
   /// kept as a lazy one, whose event is recorded on its stream when the free or another
   /// stream must wait for it (later in that stream than the use, so it orders after it).
-  static result<void> kept_lazily(result<void> n, StreamId use) noexcept {
-    if (n) return n;
-    const error& e = n.error();
-    return error{e.code(),
-                 e.message() + "; the use is recorded all the same: its event is recorded on stream " +
-                     std::to_string(use.value) + " when the free or another stream must wait for it",
-                 e.driver_status()};
-  }
+  static result<void> kept_lazily(result<void> n, StreamId use) noexcept;
 
   std::shared_ptr<StreamPool<D>> streams_;
   std::unique_ptr<State> state_;
@@ -866,3 +577,6 @@ class AsyncCuda {
 };
 
 }  // namespace xlogrt
+
+// The members defined out of line (see the private section).
+#include "xlogrt/resource/detail/async_cuda_impl.hpp"
