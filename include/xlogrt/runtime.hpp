@@ -34,7 +34,7 @@
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/debug_guard.hpp"
 #include "xlogrt/resource/direct_cuda.hpp"
-#include "xlogrt/resource/env_config.hpp"
+#include "xlogrt/runtime/env_config.hpp"
 #include "xlogrt/resource/find_layer.hpp"
 #include "xlogrt/resource/live_blocks.hpp"
 #include "xlogrt/resource/logging.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzzes the environment configuration (resource/env_config.hpp): the input is up to
+// Fuzzes the environment configuration (runtime/env_config.hpp): the input is up to
 // three NUL-separated values of XLOGRT_BUDGET_BYTES, XLOGRT_LOG_FILE and XLOGRT_CACHE
 // (a missing one is unset); XLOGRT_CACHE's modes and sizes must agree with an
 // independent reading of its grammar. parse_env_config must give a configuration or an
@@ -16,7 +16,7 @@
 #include <string>
 #include <string_view>
 
-#include <xlogrt/resource/env_config.hpp>
+#include <xlogrt/runtime/env_config.hpp>
 
 namespace {
 [[noreturn]] void broken(const std::string& what) {

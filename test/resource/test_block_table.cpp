@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "xlogrt/resource/block_tracker.hpp"
+#include "xlogrt/resource/block_table.hpp"
 
 using namespace xlogrt;
 

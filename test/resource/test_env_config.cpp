@@ -7,7 +7,7 @@
 
 #include <cstdlib>
 
-#include <xlogrt/resource/env_config.hpp>
+#include <xlogrt/runtime/env_config.hpp>
 
 using namespace xlogrt;
 

@@ -21,7 +21,7 @@
 #include "xlogrt/resource/adaptor.hpp"
 #include "xlogrt/resource/budget_ledger.hpp"
 #include "xlogrt/resource/request_checks.hpp"
-#include "xlogrt/resource/detail/decorator.hpp"
+#include "xlogrt/resource/detail/archetypes.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
 
 namespace xlogrt {

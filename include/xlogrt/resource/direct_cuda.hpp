@@ -9,7 +9,7 @@
 
 #include "xlogrt/core/block.hpp"
 #include "xlogrt/device/stream_pool.hpp"
-#include "xlogrt/resource/block_tracker.hpp"
+#include "xlogrt/resource/block_table.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/detail/request.hpp"
 

@@ -31,10 +31,10 @@
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/adaptor.hpp"
-#include "xlogrt/resource/detail/decorator.hpp"
+#include "xlogrt/resource/detail/archetypes.hpp"
 #include "xlogrt/resource/detail/log_record.hpp"
 #include "xlogrt/resource/detail/log_writer.hpp"
-#include "xlogrt/resource/env_config.hpp"
+#include "xlogrt/runtime/env_config.hpp"
 
 namespace xlogrt {
 

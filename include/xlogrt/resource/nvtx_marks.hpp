@@ -9,7 +9,7 @@
 // layer's blocks: memcheck then reports a kernel that touches a block while it is
 // cached. Without it, Cached::create refuses nvtx_marks with invalid_argument, naming
 // this header. It is not part of <xlogrt/runtime.hpp>: NVTX compiles its implementation
-// into every translation unit that includes it (detail/nvtx_marks.hpp says why that
+// into every translation unit that includes it (detail/cache_nvtx.hpp says why that
 // matters).
 //
 // Installing is a static initialiser: a Cached created before main() (from another
@@ -21,7 +21,7 @@
 
 #include <nvtx3/nvToolsExtMem.h>
 
-#include "xlogrt/resource/detail/nvtx_marks.hpp"
+#include "xlogrt/resource/detail/cache_nvtx.hpp"
 
 namespace xlogrt {
 namespace detail {

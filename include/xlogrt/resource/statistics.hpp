@@ -21,7 +21,7 @@
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/adaptor.hpp"
-#include "xlogrt/resource/detail/decorator.hpp"
+#include "xlogrt/resource/detail/archetypes.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
 
 namespace xlogrt {

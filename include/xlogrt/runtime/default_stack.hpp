@@ -16,7 +16,7 @@
 #include "xlogrt/resource/async_cuda.hpp"
 #include "xlogrt/resource/budget.hpp"
 #include "xlogrt/resource/cached.hpp"
-#include "xlogrt/resource/env_config.hpp"
+#include "xlogrt/runtime/env_config.hpp"
 #include "xlogrt/resource/graph_pools.hpp"
 #include "xlogrt/resource/logging.hpp"
 #include "xlogrt/resource/statistics.hpp"

@@ -28,7 +28,7 @@
 #include "xlogrt/device/event_pool.hpp"
 #include "xlogrt/device/stream_pool.hpp"
 #include "xlogrt/driver/status.hpp"
-#include "xlogrt/resource/block_tracker.hpp"
+#include "xlogrt/resource/block_table.hpp"
 #include "xlogrt/resource/detail/request.hpp"
 
 namespace xlogrt {

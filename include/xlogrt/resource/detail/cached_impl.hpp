@@ -23,7 +23,7 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/resource/concepts.hpp"
-#include "xlogrt/resource/detail/nvtx_marks.hpp"
+#include "xlogrt/resource/detail/cache_nvtx.hpp"
 #include "xlogrt/resource/detail/size_class.hpp"
 #include "xlogrt/resource/detail/thread_cache.hpp"
 
