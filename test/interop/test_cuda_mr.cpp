@@ -38,13 +38,9 @@ struct Rig {
   std::shared_ptr<StreamPool<SimDriver>> streams;
   std::unique_ptr<DeviceRuntime<Stack>> rt;
   Rig() {
-    auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
-    REQUIRE(pool.has_value());
-    streams = *pool;
-    auto base = AsyncCuda<SimDriver>::create(streams);
-    REQUIRE(base.has_value());
-    auto made = DeviceRuntime<Stack>::create(streams, Stack(std::move(*base)));
+    auto made = DeviceRuntime<Stack>::open(sim, 0, 2);  // StackBuilder builds the stack
     REQUIRE(made.has_value());
+    streams = made->streams();
     rt = std::make_unique<DeviceRuntime<Stack>>(std::move(*made));
   }
   cuda::stream_ref stream() {

@@ -39,13 +39,9 @@ struct Rig {
   std::unique_ptr<Rt> rt;
 
   Rig() : sim(SimConfig{.executor = SimExecutor::manual}) {
-    auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
-    REQUIRE(pool.has_value());
-    streams = *pool;
-    auto base = AsyncCuda<SimDriver>::create(streams);
-    REQUIRE(base.has_value());
-    auto made = Rt::create(streams, Stack(std::move(*base)));
+    auto made = Rt::open(sim, 0, 2);  // StackBuilder builds the stack
     REQUIRE(made.has_value());
+    streams = made->streams();
     rt = std::make_unique<Rt>(std::move(*made));
   }
   SimDriver::stream_t foreign_stream() {

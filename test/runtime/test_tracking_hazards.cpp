@@ -31,13 +31,9 @@ struct Program {
 
   explicit Program(std::uint64_t seed)
       : sim(SimConfig{.executor = SimExecutor::manual, .seed = seed}) {
-    auto pool = StreamPool<SimDriver>::open(sim, 0, 4);
-    REQUIRE(pool.has_value());
-    streams = *pool;
-    auto stack = AsyncCuda<SimDriver>::create(streams);
-    REQUIRE(stack.has_value());
-    auto made = Rt::create(streams, std::move(*stack));
+    auto made = Rt::open(sim, 0, 4);  // StackBuilder builds the stack
     REQUIRE(made.has_value());
+    streams = made->streams();
     rt = std::make_unique<Rt>(std::move(*made));
   }
 
