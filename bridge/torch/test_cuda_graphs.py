@@ -506,13 +506,16 @@ def cudagraph_skips():
 
 
 def case_compile_reduce_overhead(ctx, trees=True):
+    # trees=False: inductor's older CUDA-graph path, one torch.cuda.graph per compiled
+    # graph, without the trees' checks of a pool's live blocks, which torch implements for
+    # its own allocator only. Set for this case alone (the cases may share a process).
+    import torch._inductor.config as inductor_config
+    with inductor_config.patch({"triton.cudagraph_trees": trees}):
+        return compile_reduce_overhead(ctx, trees)
+
+
+def compile_reduce_overhead(ctx, trees):
     torch = ctx.torch
-    if not trees:
-        # Inductor's older CUDA-graph path: one torch.cuda.graph per compiled graph, without
-        # the trees' checks of a pool's live blocks, which torch implements for its own
-        # allocator only.
-        import torch._inductor.config as inductor_config
-        inductor_config.triton.cudagraph_trees = False
     torch.manual_seed(ctx.seed)
     model = mlp(torch, [1024, 2048, 1024]).eval()
     gen = torch.Generator(device="cuda").manual_seed(ctx.seed + 6)

@@ -3,7 +3,8 @@
 
 // find_layer<Layer>(stack): the first layer of a decorator stack that is a Layer<...>,
 // found through upstream(), so that code reading one layer (Statistics' snapshot,
-// Logging's flush) does not depend on how many layers sit above it.
+// Logging's flush) does not depend on how many layers sit above it; find_streams(stack):
+// the base resource's stream pool, found the same way.
 
 #include <type_traits>
 
@@ -26,6 +27,20 @@ constexpr auto* find_layer(Stack& stack) noexcept {
   } else {
     static_assert(requires { stack.upstream(); }, "find_layer: the stack has no such layer");
     return find_layer<Layer>(stack.upstream());
+  }
+}
+
+/// The stream pool of the stack's base resource (the layer with streams(): AsyncCuda,
+/// DirectCuda), found through upstream(): a pointer to that layer's shared_ptr, or a
+/// null `const void*` where no layer exposes one (AnyResource erases it).
+template <class Stack>
+constexpr auto* find_streams(Stack& stack) noexcept {
+  if constexpr (requires { stack.streams().get(); }) {
+    return &stack.streams();
+  } else if constexpr (requires { stack.upstream(); }) {
+    return find_streams(stack.upstream());
+  } else {
+    return static_cast<const void*>(nullptr);
   }
 }
 

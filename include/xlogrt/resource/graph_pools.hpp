@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/device/capture_windows.hpp"
 #include "xlogrt/resource/detail/request.hpp"
+#include "xlogrt/resource/find_layer.hpp"
 
 namespace xlogrt {
 
@@ -108,7 +110,9 @@ class GraphPools : public Adaptor<Up> {
 
   /// The layer has the StreamPool of the stack's base resource (AsyncCuda, DirectCuda:
   /// streams()) make it a stream of its own when the first window opens.
-  explicit GraphPools(Up up) : Adaptor<Up>(std::move(up)), state_(std::make_unique<State>(base_streams(upstream()))) {}
+  static_assert(!std::is_same_v<decltype(find_streams(std::declval<Up&>())), const void*>,
+                "GraphPools: the stack's base resource has no streams()");
+  explicit GraphPools(Up up) : Adaptor<Up>(std::move(up)), state_(std::make_unique<State>(*find_streams(upstream()))) {}
   GraphPools(GraphPools&&) noexcept = default;
   GraphPools& operator=(GraphPools&&) = delete;  // the replaced state would have to give back
   ~GraphPools() {
@@ -299,16 +303,6 @@ class GraphPools : public Adaptor<Up> {
     std::optional<StreamId> own;        // the layer's stream, which never captures
     typename D::stream_t own_handle{};
   };
-
-  template <class R>
-  static std::shared_ptr<StreamPool<D>> base_streams(R& r) {
-    if constexpr (requires { r.streams(); }) {
-      return r.streams();
-    } else {
-      static_assert(requires { r.upstream(); }, "GraphPools: the stack's base resource has no streams()");
-      return base_streams(r.upstream());
-    }
-  }
 
   bool capturing(StreamId s) noexcept {
     auto h = upstream().stream_handle(s);

@@ -19,23 +19,10 @@
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
 #include "xlogrt/device/stream_pool.hpp"
+#include "xlogrt/resource/find_layer.hpp"
 #include "xlogrt/resource/detail/request.hpp"
 
 namespace xlogrt {
-
-/// The stream pool of the stack's base resource (the layer with streams(): AsyncCuda,
-/// DirectCuda), found through upstream(); nullptr where the stack has none that it
-/// exposes (AnyResource erases it).
-template <class R>
-auto* base_stream_pool(R& r) noexcept {
-  if constexpr (requires { r.streams().get(); }) {
-    return r.streams().get();
-  } else if constexpr (requires { r.upstream(); }) {
-    return base_stream_pool(r.upstream());
-  } else {
-    return static_cast<void*>(nullptr);
-  }
-}
 
 /// The base resource's checks of a request, in its order, without allocating: zero_bytes,
 /// too_large (more than the device has in all), unknown_stream. Over a stack whose base
@@ -44,18 +31,17 @@ auto* base_stream_pool(R& r) noexcept {
 /// bytes, stream));` before its own error.
 template <class R>
 result<void> check_request(R& upstream, std::size_t bytes, StreamId stream) noexcept {
-  auto* pool = base_stream_pool(upstream);
-  if constexpr (!std::is_same_v<decltype(pool), void*>) {
-    if (pool != nullptr) {
-      const std::size_t device_bytes = pool->device()->info().total_bytes;
-      if (!detail::valid_request(*pool, device_bytes, bytes, stream)) {
-        return detail::request_error(*pool, bytes, stream);
-      }
-      return ok();
+  const auto* streams = find_streams(upstream);
+  if constexpr (std::is_same_v<decltype(streams), const void*>) {
+    if (bytes == 0) return error{errc::zero_bytes, "allocation of 0 bytes"};
+    return ok();
+  } else {
+    const auto& pool = **streams;
+    if (!detail::valid_request(pool, pool.device()->info().total_bytes, bytes, stream)) {
+      return detail::request_error(pool, bytes, stream);
     }
+    return ok();
   }
-  if (bytes == 0) return error{errc::zero_bytes, "allocation of 0 bytes"};
-  return ok();
 }
 
 }  // namespace xlogrt
