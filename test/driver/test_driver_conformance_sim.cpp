@@ -78,3 +78,9 @@ TEST_CASE("mutant: an unknown attribute answered with 0 is caught", "[driver][mu
   require_caught<B>(&devices_and_attributes<MutantDriver<B>>,
                     "device_attribute(device 0, DeviceAttr 99) succeeded");
 }
+
+TEST_CASE("mutant: a ctx_synchronize that waits for nothing is caught", "[driver][mutant]") {
+  constexpr Break B = Break::ctx_synchronize_ignored;
+  require_caught<B>(&ctx_synchronize_waits_for_every_stream<MutantDriver<B>>,
+                    "ctx_synchronize returned before a destroyed stream's work ran");
+}
