@@ -664,7 +664,7 @@ TEST_CASE("every member reports a failed call by name, with the driver's status 
   CHECK(oom.error().message() == "cuMemAlloc failed with CUDA_ERROR_OUT_OF_MEMORY (2)");
 }
 
-TEST_CASE("StreamPool knows an adopted stream by its driver id: a reused handle is a new stream",
+TEST_CASE("StreamPool knows an adopted stream by its driver id: a reused handle is a new stream, on the old one's id",
           "[.][wrappers]") {
   CudaDriver& d = ok_driver();
   FakeCudaState& st = ok_state();
@@ -677,11 +677,13 @@ TEST_CASE("StreamPool knows an adopted stream by its driver id: a reused handle 
   REQUIRE(first);
   CHECK(*first == StreamId{2});
   CHECK(*p.adopt(*handle) == *first);
-  // The driver destroys the stream and hands its handle to a new one, with a new id.
+  // The driver destroys the stream and hands its handle to a new one, with a new id:
+  // the old stream is gone, and the new one takes its StreamId after a synchronisation.
   st.stream_id_salt += 1;
   auto second = p.adopt(*handle);
   REQUIRE(second);
-  CHECK(*second == StreamId{3});
+  CHECK(*second == StreamId{2});
+  CHECK(p.recycled() == 1);
   CHECK(*p.get(*second) == *handle);
   CHECK(*p.adopt(*handle) == *second);
   st.stream_id_salt -= 1;
@@ -691,7 +693,7 @@ TEST_CASE("StreamPool knows an adopted stream by its driver id: a reused handle 
   st.fail_symbol[0] = 0;
   REQUIRE_FALSE(refused);
   CHECK(refused.error().driver_status() == CUDA_ERROR_INVALID_HANDLE);
-  CHECK(p.size() == 4);
+  CHECK(p.size() == 3);
 }
 
 TEST_CASE("status_name asks the driver, and falls back without calling it", "[.][wrappers]") {
