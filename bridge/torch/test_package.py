@@ -16,6 +16,9 @@ checkout, installs it into a fresh virtual environment and uninstalls it again.
   the log (XLOGRT_LOG_FILE) shows their tags, a budget refusal raises each framework's
   error naming XLOGRT_BUDGET_BYTES, frees follow the last reference, get_memory_info is
   cuMemGetInfo; bad input (a tag, a foreign pointer, a second library path) is refused by name;
+  CuPy's block is allocated for CuPy's current stream (its StreamId in the log), and its
+  owner holds the stream object until the free is queued, lets go of it after, and leaves a
+  cycle through the stream object to the garbage collector;
 - `pip uninstall` leaves nothing of the package behind.
 Exit 0, 1 on a failed check, 77 when this Python has no pip, venv, setuptools or wheel.
 """
@@ -163,7 +166,7 @@ class config:
 # Runs inside the virtual environment with XLOGRT_BUDGET_BYTES=4M and XLOGRT_LOG_FILE set;
 # argv[1]: the stand-ins' directory.
 FRAMEWORKS_PROBE = r'''
-import csv, ctypes, gc, importlib, json, os, sys
+import csv, ctypes, gc, importlib, json, os, sys, weakref
 import xlogrt_torch as x, xlogrt_cupy, xlogrt_numba
 out = {"imported": sorted(m for m in ("cupy", "numba", "torch") if m in sys.modules)}
 def error_of(f):
@@ -187,7 +190,29 @@ with cupy.cuda.Stream(0x30000):
     m = cupy.cuda._allocator(1 << 20)
 out["cupy_ptr"] = m.ptr
 out["cupy_live"] = tag(x.CUPY_TAG)["current_bytes"]
-out["cupy_owner_stream"] = m.mem.owner.stream.ptr
+# A tag-1 block on the same handle (xlogrt_torch_malloc_tagged): the log must give it CuPy's StreamId.
+lib.xlogrt_torch_free(lib.xlogrt_torch_malloc_tagged(256, 0, 0x30000, 1), 256, 0, 0x30000)
+# The owner holds the allocation's stream until the block's free is queued, then lets go.
+class TrackedStream(cupy.cuda.Stream):
+    def __del__(self):
+        ended.append(tag(x.CUPY_TAG)["frees"])
+ended = []
+s = TrackedStream(0x50000)
+with s:
+    k = xlogrt_cupy.malloc(4096)
+held, frees0 = weakref.ref(s), tag(x.CUPY_TAG)["frees"]
+del s
+out["stream_held"] = held() is not None
+del k
+out["stream_after_free"] = [held() is None, ended == [frees0 + 1]]
+# A cycle through the stream (an array kept on its stream object) is the collector's to free.
+s = TrackedStream(0x60000)
+with s:
+    s.scratch = xlogrt_cupy.malloc(4096)
+held, frees0 = weakref.ref(s), tag(x.CUPY_TAG)["frees"]
+del s
+gc.collect()
+out["stream_cycle"] = [held() is None, tag(x.CUPY_TAG)["frees"] == frees0 + 1]
 xlogrt_cupy.record_stream(m, cupy.cuda.Stream(0x40000))
 out["foreign_record"] = error_of(lambda: xlogrt_cupy.record_stream(0x1234, 0))
 out["empty"] = xlogrt_cupy.malloc(0).ptr
@@ -232,6 +257,8 @@ out["bad_tag"] = [lib.xlogrt_torch_malloc_tagged(64, 0, None, 64), x.last_error(
 out["bad_tag_stats"] = error_of(lambda: x.tag_stats(99, 0))
 out["second_copy"] = error_of(lambda: x.shared_library("/nonexistent"))
 out["negative"] = error_of(lambda: xlogrt_cupy.malloc(-1))
+# libxlogrt_torch's alloc (the builtin malloc calls) refuses what is not its four ints and object.
+out["alloc_args"] = [error_of(lambda: xlogrt_cupy._c_alloc(64, 0)), error_of(lambda: xlogrt_cupy._c_alloc(64, 0, "s", None))]
 
 del m, p
 gc.collect()
@@ -240,7 +267,7 @@ mgr.reset()
 out["reset"] = [mgr.host_reset, x.stats(0)["cached_bytes"]]
 x.flush_log(0)
 with open(os.environ["XLOGRT_LOG_FILE"], newline="") as f:
-    out["log"] = [[r["Action"], int(r["Pointer"], 16), r["Tag"]] for r in csv.DictReader(f)]
+    out["log"] = [[r["Action"], int(r["Pointer"], 16), r["Tag"], int(r["Stream"])] for r in csv.DictReader(f)]
 print(json.dumps(out))
 '''
 
@@ -265,8 +292,12 @@ def frameworks_checks(py, env, tmp):
     check("ImportError" in (r["numba_missing"] or "") and "Numba" in r["numba_missing"],
           f"without Numba, xlogrt_numba.XlogrtNumbaManager says so by name ({r['numba_missing']})")
     check(r["cupy_allocator"], "xlogrt_cupy.install sets CuPy's allocator")
-    check(r["cupy_live"] == 1 << 20 and r["cupy_owner_stream"] == 0x30000,
-          "CuPy's MiB counts under its tag, allocated for the current stream")
+    check(r["cupy_live"] == 1 << 20, "CuPy's MiB counts under its tag")
+    check(r["stream_held"] and r["stream_after_free"] == [True, True],
+          "a CuPy block's owner holds its stream until the free is queued, then lets go "
+          f"({r['stream_held']}, {r['stream_after_free']})")
+    check(r["stream_cycle"] == [True, True],
+          f"a cycle through the stream object is collected and its block freed ({r['stream_cycle']})")
     check("foreign_block" in (r["foreign_record"] or ""), "record_stream of a foreign pointer is refused by name")
     check(r["empty"] == 0, "a CuPy allocation of 0 bytes is a null pointer")
     check(r["numba_manager"], "xlogrt_numba.install sets Numba's memory manager (interface version 1)")
@@ -285,14 +316,25 @@ def frameworks_checks(py, env, tmp):
     check("already loaded" in (r["second_copy"] or ""), "a second copy of the library is refused by name")
     check("OutOfMemoryError" in (r["negative"] or "") and "invalid_argument" in r["negative"],
           "a negative CuPy size is CuPy's OutOfMemoryError naming invalid_argument")
+    two, text = r["alloc_args"]
+    check((two or "").startswith("TypeError") and "(size, device, stream, stream_object)" in two
+          and (text or "").startswith("TypeError"), f"the C alloc refuses other arguments with TypeError ({r['alloc_args']})")
     cupy_after, numba_after = r["after"]
-    check(cupy_after["current_bytes"] == 0 and cupy_after["frees"] == 1 and numba_after["current_bytes"] == 0
-          and numba_after["frees"] == 1, "the last references gone, CuPy's and Numba's blocks are freed")
+    check(cupy_after["current_bytes"] == 0 and cupy_after["frees"] == cupy_after["allocations"] == 3
+          and numba_after["current_bytes"] == 0 and numba_after["frees"] == 1,
+          "the last references gone, CuPy's and Numba's blocks are freed")
     check(r["reset"] == [1, 0], "reset: Numba's host state and xlogrt's cache are cleared")
     log = r["log"]
     for name, ptr, t in (("CuPy", r["cupy_ptr"], "2"), ("Numba", r["numba_ptr"], "3")):
-        check(["allocate", ptr, t] in log and ["free", ptr, t] in log,
+        check(any(l[:3] == ["allocate", ptr, t] for l in log) and any(l[:3] == ["free", ptr, t] for l in log),
               f"the log shows {name}'s block allocated and freed under tag {t}")
+    # Stream 0x30000: CuPy's MiB (its current stream), then torch's tag-1 block; stream 0x10000: torch's.
+    cupy_stream = [l[3] for l in log if l[:3] == ["allocate", r["cupy_ptr"], "2"]]
+    on_30000 = [l[3] for l in log if l[0] == "allocate" and l[2] == "1" and l[3] in cupy_stream]
+    on_10000 = [l[3] for l in log if l[0] == "allocate" and l[2] == "1" and l[3] not in cupy_stream]
+    check(len(cupy_stream) == 1 and len(on_30000) == 1 and len(on_10000) == 1,
+          f"CuPy's block is allocated for CuPy's current stream (StreamIds: CuPy's {cupy_stream}, torch's on the "
+          f"same handle {on_30000}, on another {on_10000})")
 
 
 def main():

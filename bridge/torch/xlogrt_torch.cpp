@@ -22,6 +22,7 @@
 
 #include <array>
 #include <atomic>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -125,6 +126,92 @@ std::string failure_message(const xlogrt::error& e) {
   return nullptr;
 }
 
+// CuPy's allocations (xlogrt_torch_cupy_init): a builtin function of the Python process,
+// made by CPython (PyCFunction_NewEx) from the method definition below, that allocates and
+// builds the block's owner. The Python API table is written once, under g_python_mu,
+// before g_python_ready is set (release); the function runs only after init returned, so
+// after the table was published, and never writes it.
+xlogrt_torch_python_api g_python{};
+std::atomic<bool> g_python_ready{false};
+std::mutex g_python_mu;
+constexpr const char* CUPY_OWNER = "xlogrt_torch.cupy_block";
+
+/// What a CuPy owner's capsule frees: xlogrt_torch_free's arguments.
+struct CupyBlock {
+  void* ptr;
+  ssize_t size;
+  int device;
+  xlogrt_torch_stream stream;
+};
+
+/// The capsule's destructor: runs where CPython deallocates the capsule, with the GIL (or
+/// the thread attached), while the owner tuple still holds the stream object.
+void free_cupy_block(void* capsule) {
+  auto* b = static_cast<CupyBlock*>(g_python.capsule_get_pointer(capsule, CUPY_OWNER));
+  if (b == nullptr) return;  // never expected: the name is the one the capsule was made with
+  xlogrt_torch_free(b->ptr, b->size, b->device, b->stream);
+  delete b;
+}
+
+/// alloc(size, device, stream, stream_object), a METH_FASTCALL function (xlogrt_torch.h
+/// says what it returns). CPython calls it with the GIL held.
+void* cupy_alloc(void* /*self*/, void* const* args, ssize_t nargs) {
+  const auto& py = g_python;
+  if (nargs != 4) {
+    py.err_set_string(py.type_error, "xlogrt_torch_cupy_alloc takes (size, device, stream, stream_object)");
+    return nullptr;
+  }
+  // Each conversion's error value may be a value too: the error is what PyErr_Occurred says.
+  const ssize_t size = py.long_as_ssize_t(args[0]);
+  if (size == -1 && py.err_occurred() != nullptr) return nullptr;  // not an int, or out of range
+  const long device = py.long_as_long(args[1]);
+  if (device == -1 && py.err_occurred() != nullptr) return nullptr;
+  auto* stream = static_cast<xlogrt_torch_stream>(py.long_as_void_ptr(args[2]));
+  if (stream == nullptr && py.err_occurred() != nullptr) return nullptr;
+  if (device < INT_MIN || device > INT_MAX) {
+    set_error("xlogrt: invalid_ordinal: device " + std::to_string(device));
+    py.incref(py.none);
+    return py.none;
+  }
+  void* thread = py.save_thread();  // other Python threads run during the allocation
+  void* p = xlogrt_torch_malloc_tagged(size, static_cast<int>(device), stream, XLOGRT_TAG_CUPY);
+  CupyBlock* b = p != nullptr ? new (std::nothrow) CupyBlock{p, size, static_cast<int>(device), stream} : nullptr;
+  if (p != nullptr && b == nullptr) {
+    xlogrt_torch_free(p, size, static_cast<int>(device), stream);
+    set_error("xlogrt: out_of_memory: host allocation of a CuPy block's owner failed");
+  }
+  py.restore_thread(thread);
+  if (b == nullptr) {
+    py.incref(py.none);
+    return py.none;
+  }
+  // The capsule owns the block from here: dropping it (on a failure below) frees it.
+  void* capsule = py.capsule_new(b, CUPY_OWNER, free_cupy_block);
+  if (capsule == nullptr) {
+    xlogrt_torch_free(p, size, static_cast<int>(device), stream);
+    delete b;
+    return nullptr;  // PyCapsule_New set the exception
+  }
+  void* address = py.long_from_void_ptr(p);
+  void* owner = address != nullptr ? py.tuple_pack(3, address, args[3], capsule) : nullptr;
+  if (address != nullptr) py.decref(address);
+  py.decref(capsule);  // the tuple holds it; without a tuple, this frees the block
+  return owner;        // NULL: the exception the API set
+}
+
+/// CPython's PyMethodDef (stable ABI), Python objects as void*.
+struct MethodDef {
+  const char* name;
+  void* (*function)(void* self, void* const* args, ssize_t nargs);
+  int flags;
+  const char* doc;
+};
+constexpr int METH_FASTCALL = 0x0080;  // CPython's value (Include/methodobject.h)
+// Not const: CPython takes a PyMethodDef* (and never writes it).
+MethodDef g_cupy_alloc_def{"xlogrt_torch_cupy_alloc", cupy_alloc, METH_FASTCALL,
+                           "alloc(size, device, stream, stream_object): (address, stream_object, owner capsule), "
+                           "or None on a refusal (xlogrt_torch_last_error says why)"};
+
 }  // namespace
 
 extern "C" {
@@ -192,6 +279,22 @@ int xlogrt_torch_record_stream(void* ptr, xlogrt_torch_stream stream) {
   set_error("foreign_block: record_stream of " + std::to_string(reinterpret_cast<std::uintptr_t>(ptr)) +
             ": not a live pointer of the xlogrt bridge");
   return -1;
+}
+
+const void* xlogrt_torch_cupy_init(const xlogrt_torch_python_api* api) {
+  if (g_python_ready.load(std::memory_order_acquire)) return &g_cupy_alloc_def;
+  if (api == nullptr || !api->capsule_new || !api->capsule_get_pointer || !api->long_from_void_ptr ||
+      !api->long_as_ssize_t || !api->long_as_long || !api->long_as_void_ptr || !api->err_occurred ||
+      !api->err_set_string || !api->tuple_pack || !api->incref || !api->decref || !api->save_thread ||
+      !api->restore_thread || !api->none || !api->type_error) {
+    return set_error("invalid_argument: the Python API table has a NULL entry"), nullptr;
+  }
+  std::lock_guard lock(g_python_mu);
+  if (!g_python_ready.load(std::memory_order_relaxed)) {
+    g_python = *api;
+    g_python_ready.store(true, std::memory_order_release);
+  }
+  return &g_cupy_alloc_def;
 }
 
 void xlogrt_torch_set_failure_handler(xlogrt_torch_failure_handler handler) {

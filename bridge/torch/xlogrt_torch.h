@@ -61,6 +61,49 @@ XLOGRT_TORCH_API int xlogrt_torch_record_stream(void* ptr, xlogrt_torch_stream s
 XLOGRT_TORCH_API void* xlogrt_torch_malloc_tagged(ssize_t size, int device, xlogrt_torch_stream stream,
                                                   uint32_t tag);
 
+/* CuPy's allocations (xlogrt_cupy), with a C-level owner. CuPy keeps the owner object an
+ * allocator hands it (cupy.cuda.UnownedMemory's owner) until the memory's last reference
+ * goes; this owner frees the block from C when it goes, and the allocation is one call of a
+ * builtin function: no ctypes call and no Python finalizer on the way.
+ *
+ * The library does not link against Python: xlogrt_torch_cupy_init hands it the C-API
+ * functions it calls (ctypes.pythonapi's, CPython's stable ABI), as pointers, and Python
+ * objects are void* here. */
+typedef struct xlogrt_torch_python_api {
+  void* (*capsule_new)(void* pointer, const char* name, void (*destructor)(void* capsule)); /* PyCapsule_New */
+  void* (*capsule_get_pointer)(void* capsule, const char* name);                            /* PyCapsule_GetPointer */
+  void* (*long_from_void_ptr)(void* pointer);                                               /* PyLong_FromVoidPtr */
+  ssize_t (*long_as_ssize_t)(void* integer);                                                /* PyLong_AsSsize_t */
+  long (*long_as_long)(void* integer);                                                      /* PyLong_AsLong */
+  void* (*long_as_void_ptr)(void* integer);                                                 /* PyLong_AsVoidPtr */
+  void* (*err_occurred)(void);                                                              /* PyErr_Occurred */
+  void (*err_set_string)(void* type, const char* message);                                  /* PyErr_SetString */
+  void* (*tuple_pack)(ssize_t n, ...);                                                      /* PyTuple_Pack */
+  void (*incref)(void* object);                                                             /* Py_IncRef */
+  void (*decref)(void* object);                                                             /* Py_DecRef */
+  void* (*save_thread)(void);                                                               /* PyEval_SaveThread */
+  void (*restore_thread)(void* thread_state);                                               /* PyEval_RestoreThread */
+  void* none;                                                                               /* Py_None */
+  void* type_error;                                                                         /* PyExc_TypeError */
+} xlogrt_torch_python_api;
+/* Takes the process's Python C API (the first call's table stays: a process has one
+ * Python) and returns the PyMethodDef of alloc, for PyCFunction_NewEx; NULL (last_error
+ * says why) when an entry of the table is NULL.
+ *
+ * alloc(size, device, stream, stream_object), METH_FASTCALL: `size` bytes on `device` for
+ * the stream whose handle is the int `stream` (its Python object: stream_object), tagged
+ * XLOGRT_TAG_CUPY; the GIL is let go during the allocation itself. Returns the tuple
+ * (address, stream_object, capsule), to be the memory's owner: when the tuple goes, its
+ * items go last to first (CPython's tuple deallocation), so the capsule's destructor queues
+ * the free on `stream` (xlogrt_torch_free with the allocation's size and device) while the
+ * tuple still holds stream_object, the handle's owner. The tuple, unlike the capsule, is
+ * seen by the garbage collector, so a cycle through the stream object stays collectable.
+ * On a refusal (xlogrt_torch_malloc_tagged's NULL, or a device beyond int): None, and
+ * xlogrt_torch_last_error says why. Raises TypeError for other arguments than four, the
+ * C API's error for one that is not an int in range, MemoryError when the owner cannot be
+ * built (the block is freed again). */
+XLOGRT_TORCH_API const void* xlogrt_torch_cupy_init(const xlogrt_torch_python_api* api);
+
 /* Called with the message of a failed allocation, instead of returning NULL. It may
  * throw a C++ exception (the torch hooks throw c10::OutOfMemoryError); NULL: none. */
 typedef void (*xlogrt_torch_failure_handler)(const char* message, size_t bytes, int device);

@@ -28,6 +28,15 @@ rule: memory goes back to the pool of its allocation stream). The safe patterns:
 Streams of CuPy's default kinds are blocking unless created with non_blocking=True: work on
 the legacy null stream and on a blocking stream is ordered anyway.
 
+The owner. Each block's cupy.cuda.UnownedMemory has as its owner a tuple (address, stream,
+capsule) that libxlogrt_torch builds in the call that allocates (a builtin function made
+from the library's method definition: no ctypes call per allocation): the capsule's C
+destructor queues the free, and the tuple, which drops its items last to first, holds the
+stream object until then. No Python code runs at the free, and the garbage collector sees
+the stream through the tuple (an array kept on its own stream object is collected as
+before). The library does not link against Python: the first malloc hands it the C-API
+functions it calls (ctypes.pythonapi's; xlogrt_torch.h's xlogrt_torch_cupy_init).
+
 Errors. A refusal (the budget, the device's memory, a bad size or device) raises
 cupy.cuda.memory.OutOfMemoryError carrying xlogrt's message; a budget refusal names the
 budget (XLOGRT_BUDGET_BYTES). A free xlogrt refuses (never expected: CuPy frees what it
@@ -35,6 +44,8 @@ was given) is reported on stderr and the block stays live.
 
 Importing this module does not import CuPy; install() and malloc() need it.
 """
+import ctypes
+
 import xlogrt_torch as _x
 
 __all__ = ["TAG", "install", "uninstall", "installed", "malloc", "record_stream", "stats", "device_stats"]
@@ -45,6 +56,7 @@ _cupy = None
 _lib = None
 _previous = None
 _installed = False
+_c_alloc = None  # libxlogrt_torch's alloc, bound (with CuPy's names) by _bind
 
 
 def _import_cupy(what):
@@ -57,23 +69,6 @@ def _import_cupy(what):
                               "CUDA (e.g. pip install cupy-cuda13x)") from e
         _cupy = cupy
     return _cupy
-
-
-class _Block:
-    """The owner of one xlogrt block behind a cupy.cuda.UnownedMemory: when CuPy drops the
-    memory, the free is queued on the stream the block was allocated for. Holds that
-    stream (a cupy.cuda.Stream) so that its handle outlives the queued free."""
-
-    __slots__ = ("lib", "ptr", "size", "device", "stream")
-
-    def __init__(self, lib, ptr, size, device, stream):
-        self.lib, self.ptr, self.size, self.device, self.stream = lib, ptr, size, device, stream
-
-    def __del__(self):
-        try:
-            self.lib.xlogrt_torch_free(self.ptr, self.size, self.device, self.stream.ptr)
-        except Exception:  # interpreter shutdown: nothing left to free with
-            pass
 
 
 def _out_of_memory(cupy, size, device, message):
@@ -90,24 +85,60 @@ def _out_of_memory(cupy, size, device, message):
     return e
 
 
+class _PythonApi(ctypes.Structure):
+    """xlogrt_torch.h's xlogrt_torch_python_api: the C-API functions alloc calls."""
+    _fields_ = [(name, ctypes.c_void_p) for name in (
+        "capsule_new", "capsule_get_pointer", "long_from_void_ptr", "long_as_ssize_t", "long_as_long",
+        "long_as_void_ptr", "err_occurred", "err_set_string", "tuple_pack", "incref", "decref", "save_thread",
+        "restore_thread", "none", "type_error")]
+
+
+_API_FUNCTIONS = ("PyCapsule_New", "PyCapsule_GetPointer", "PyLong_FromVoidPtr", "PyLong_AsSsize_t", "PyLong_AsLong",
+                  "PyLong_AsVoidPtr", "PyErr_Occurred", "PyErr_SetString", "PyTuple_Pack", "Py_IncRef", "Py_DecRef",
+                  "PyEval_SaveThread", "PyEval_RestoreThread")
+
+
+def _bind(cupy):
+    """Binds what malloc calls, once: CuPy's functions and classes (a module attribute look-up
+    on every call costs), and alloc, libxlogrt_torch's builtin function that allocates and
+    builds the owner (xlogrt_torch.h's xlogrt_torch_cupy_init)."""
+    global _get_device, _current_stream, _UnownedMemory, _MemoryPointer, _c_alloc
+    lib = _lib if _lib is not None else _shared()
+    api = ctypes.pythonapi
+    try:
+        table = _PythonApi(*[ctypes.cast(getattr(api, n), ctypes.c_void_p) for n in _API_FUNCTIONS],
+                           id(None), id(TypeError))
+        new_function = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.py_object,
+                                         ctypes.py_object)(("PyCFunction_NewEx", api))
+    except AttributeError as e:
+        raise RuntimeError(f"xlogrt_cupy: this Python does not show its C API to ctypes ({e})") from None
+    init = lib.xlogrt_torch_cupy_init
+    init.restype, init.argtypes = ctypes.c_void_p, [ctypes.POINTER(_PythonApi)]
+    method = init(ctypes.byref(table))
+    if not method:
+        raise RuntimeError(f"xlogrt_cupy: {lib.xlogrt_torch_last_error().decode()}")
+    cuda = cupy.cuda
+    _get_device, _current_stream = cuda.runtime.getDevice, cuda.get_current_stream
+    _UnownedMemory, _MemoryPointer = cuda.UnownedMemory, cuda.MemoryPointer
+    _c_alloc = new_function(method, None, None)
+
+
 def malloc(size):
     """CuPy's allocator: `size` bytes of the current device for CuPy's current stream, as a
     cupy.cuda.MemoryPointer over a cupy.cuda.UnownedMemory whose owner frees it through
     xlogrt. Raises cupy.cuda.memory.OutOfMemoryError on refusal."""
-    global _lib
-    cupy = _cupy if _cupy is not None else _import_cupy("malloc")
-    lib = _lib if _lib is not None else _shared()
-    device = cupy.cuda.runtime.getDevice()
-    if size == 0:
-        return cupy.cuda.MemoryPointer(cupy.cuda.UnownedMemory(0, 0, None, device), 0)
+    if _c_alloc is None:
+        _bind(_cupy if _cupy is not None else _import_cupy("malloc"))
+    device = _get_device()
     if not 0 < size < 2**63:
-        raise _out_of_memory(cupy, max(size, 0), device, f"xlogrt: invalid_argument: a size of {size} bytes")
-    stream = cupy.cuda.get_current_stream()
-    ptr = lib.xlogrt_torch_malloc_tagged(size, device, stream.ptr, TAG)
-    if not ptr:
-        raise _out_of_memory(cupy, size, device, lib.xlogrt_torch_last_error().decode())
-    mem = cupy.cuda.UnownedMemory(ptr, size, _Block(lib, ptr, size, device, stream), device)
-    return cupy.cuda.MemoryPointer(mem, 0)
+        if size == 0:
+            return _MemoryPointer(_UnownedMemory(0, 0, None, device), 0)
+        raise _out_of_memory(_cupy, max(size, 0), device, f"xlogrt: invalid_argument: a size of {size} bytes")
+    stream = _current_stream()
+    owner = _c_alloc(size, device, stream.ptr, stream)  # (address, stream, capsule) or None
+    if owner is None:
+        raise _out_of_memory(_cupy, size, device, _lib.xlogrt_torch_last_error().decode())
+    return _MemoryPointer(_UnownedMemory(owner[0], size, owner, device), 0)
 
 
 def _shared(build_dir=None):
