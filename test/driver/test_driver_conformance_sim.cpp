@@ -78,3 +78,14 @@ TEST_CASE("mutant: an unknown attribute answered with 0 is caught", "[driver][mu
   require_caught<B>(&devices_and_attributes<MutantDriver<B>>,
                     "device_attribute(device 0, DeviceAttr 99) succeeded");
 }
+
+TEST_CASE("mutant: a mem_set_access that grants nothing is caught", "[driver][mutant][vmm]") {
+  constexpr Break B = Break::set_access_ignored;
+  require_caught<B>(&vmm_stitched_round_trip<MutantDriver<B>>, "CUDA_ERROR_ILLEGAL_ADDRESS");
+}
+
+TEST_CASE("mutant: a mem_unmap that keeps the mapping is caught", "[driver][mutant][vmm]") {
+  constexpr Break B = Break::unmap_ignored;
+  require_caught<B>(&vmm_mem_info_follows_physical_memory<MutantDriver<B>>,
+                    "did not rise after the last unmap");
+}
