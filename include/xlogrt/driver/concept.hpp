@@ -200,7 +200,8 @@ struct AllocationGranularity {
 ///   address and size are multiples of the minimum granularity, the size is at most the
 ///   allocation's, the range lies in one reservation and is not mapped already. It is
 ///   not accessible until mem_set_access grants a device access, and a kernel or copy
-///   that touches it before then faults its stream;
+///   that touches it before then faults (CUDA_ERROR_ILLEGAL_ADDRESS: on a GPU the whole
+///   context, SimDriver faults the stream);
 /// - mem_unmap takes one whole mapping (never part of one), and does not wait for work
 ///   that still uses it: the caller orders the unmap after that work (synchronising the
 ///   streams that touched the range), as it orders a free. The range is a reservation

@@ -145,8 +145,8 @@ namespace xlogrt {
 /// mapped twice shows the same bytes at both places. The CUDA rules are enforced with
 /// CUDA_ERROR_INVALID_VALUE: sizes and addresses multiples of the granularity (a
 /// reservation's size, of the host page size; its alignment a power of two), a mapping
-/// inside one reservation, over nothing mapped, at most as large as its allocation,
-/// offset 0; unmapping one whole mapping; setting access on whole mappings with no gap;
+/// inside one reservation, over nothing mapped, at most as large as its allocation (from
+/// whose start it maps); unmapping one whole mapping; setting access on whole mappings with no gap;
 /// freeing a whole reservation, as reserved; a released handle is dead (release while
 /// mapped is legal: the memory goes when the last mapping does). Where the documentation
 /// is silent the simulator refuses: freeing a reservation that still has mappings, and
