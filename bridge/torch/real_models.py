@@ -153,6 +153,31 @@ def stream_churn(torch, n):
     return total
 
 
+def created_stream_churn(torch, n):
+    """n CUDA streams created (cuStreamCreate, non-blocking), each used once by torch
+    through torch.cuda.ExternalStream for an allocation, a kernel and a free, then
+    destroyed: the churn of libraries that make streams of their own. Returns the sum the
+    kernels gave and how many distinct handles the driver handed out."""
+    import ctypes
+    cu = ctypes.CDLL("libcuda.so.1")
+    total, handles = 0.0, set()
+    for i in range(n):
+        h = ctypes.c_void_p()
+        if cu.cuStreamCreate(ctypes.byref(h), 1) != 0:
+            raise RuntimeError(f"cuStreamCreate failed at stream {i}")
+        handles.add(h.value)
+        s = torch.cuda.ExternalStream(h.value)
+        with torch.cuda.stream(s):
+            x = torch.full((1024,), float(i % 7), device="cuda")
+            total += float(x[:1].sum().item())
+            del x
+        s.synchronize()
+        del s
+        if cu.cuStreamDestroy_v2(h) != 0:
+            raise RuntimeError(f"cuStreamDestroy failed at stream {i}")
+    return total, len(handles)
+
+
 def mixed(torch, xl, seed):
     # Everything a real program loads, after install(): the crash was here.
     import pandas
@@ -166,6 +191,10 @@ def mixed(torch, xl, seed):
     out["resnet"] = resnet(torch, 3, seed)
     out["gpt2"] = gpt2_train(torch, 3, seed, fixed=256)
     out["stream_churn_sum"] = stream_churn(torch, 10_000)
+    out["created_stream_churn_sum"], out["created_stream_handles"] = created_stream_churn(torch, 10_000)
+    if xl is not None:
+        s = xl.memory_stats()
+        out["stream_ids"], out["streams_recycled"] = s["xlogrt.stream_ids"], s["xlogrt.streams_recycled"]
     x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
     if xl is not None:
         s = xl.memory_stats()

@@ -2,6 +2,7 @@
 """The bridge in real programs, on a GPU: installed by pip as a user installs it, then
 real_models.py's `mixed` case (after install(): transformers, torchvision, pyarrow and
 pandas imported; ResNet-50 and GPT-2 training steps; 10,000 torch.cuda.Stream() objects;
+10,000 streams created, used once through torch.cuda.ExternalStream and destroyed;
 empty_cache and the memory fraction) through torch's own allocator and through xlogrt,
 in separate processes, alternating, with the device's memory watched from outside.
 
@@ -98,6 +99,11 @@ def main():
         check(d <= 1e-3, f"{model}: xlogrt's losses equal torch's ({'bitwise' if same else f'largest relative difference {d:.2e}'}):"
                          f" {x[model]['losses']}")
     check(x["stream_churn_sum"] == n["stream_churn_sum"], "10,000 torch.cuda.Stream() objects, each used once")
+    check(x["created_stream_churn_sum"] == n["created_stream_churn_sum"],
+          f"10,000 streams created, used once through torch.cuda.ExternalStream and destroyed (the driver handed "
+          f"out {x['created_stream_handles']} distinct handles; xlogrt: {x['stream_ids']} stream ids in use, "
+          f"{x['streams_recycled']} recycled)")
+    check(x["stream_ids"] <= 64, f"the stream churn left {x['stream_ids']} stream ids in use (at most 64)")
     live = x["stats_with_64mib_live"]
     check(live["allocated_bytes.all.current"] >= 64 << 20, "memory_stats counts the 64 MiB tensor")
     after = x["stats_after_empty_cache"]

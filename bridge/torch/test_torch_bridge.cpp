@@ -9,10 +9,13 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <cstdlib>
+#include <dlfcn.h>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "../../test/driver/fakecuda.hpp"
 #include "xlogrt_torch.h"
 
 namespace {
@@ -208,4 +211,31 @@ TEST_CASE("torch bridge: the memory fraction sets the budget; a fraction out of 
   CHECK(all > before.budget_bytes);
   REQUIRE(xlogrt_torch_set_memory_fraction(0.25, 0) == 0);
   CHECK(stats().budget_bytes == all / 4);
+}
+
+TEST_CASE("torch bridge: 1,000 streams that come and go through one reused handle keep the pool small",
+          "[torch_bridge]") {
+  // The fake's stream id is handle * 7 + salt: a new salt is a new stream behind the same
+  // handle, as the driver hands a destroyed stream's handle to the next one it creates.
+  void* fake = dlopen(std::getenv("XLOGRT_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(fake != nullptr);
+  auto* state_of = reinterpret_cast<FakeCudaState* (*)()>(dlsym(fake, "fakecuda_state"));
+  REQUIRE(state_of != nullptr);
+  FakeCudaState& st = *state_of();
+  const auto salt = st.stream_id_salt;
+  const auto s = handle(0x50000);
+  const auto before = stats();
+  for (unsigned i = 1; i <= 1000; ++i) {
+    st.stream_id_salt = salt + 1000 + i;
+    void* p = xlogrt_torch_malloc(4096, 0, s);
+    INFO("stream " << i << ": " << xlogrt_torch_last_error());
+    REQUIRE(p != nullptr);
+    xlogrt_torch_free(p, 4096, 0, s);
+  }
+  st.stream_id_salt = salt;
+  const auto after = stats();
+  CHECK(after.stream_ids <= before.stream_ids + 1);  // one id, recycled for each new stream
+  CHECK(after.streams_recycled >= before.streams_recycled + 999);
+  CHECK(after.current_bytes == before.current_bytes);
+  dlclose(fake);
 }

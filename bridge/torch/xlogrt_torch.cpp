@@ -227,6 +227,8 @@ int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
   const auto graphs = xlogrt::find_layer<xlogrt::GraphPools>(rt.stack())->graph_stats();
   out->graph_pool_bytes = graphs.held_bytes;
   out->graph_pool_live_bytes = graphs.live_bytes;
+  out->stream_ids = rt.streams()->size();
+  out->streams_recycled = rt.streams()->recycled();
   return 0;
 }
 

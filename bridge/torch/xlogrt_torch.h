@@ -90,6 +90,8 @@ typedef struct xlogrt_torch_stats {
   uint64_t budget_in_use;     /* bytes charged to it */
   uint64_t graph_pool_bytes;  /* memory the CUDA graph pools hold (part of bytes_outstanding) */
   uint64_t graph_pool_live_bytes; /* of which tensors hold */
+  uint64_t stream_ids;        /* stream ids in use (the device's StreamPool: its own streams and adopted ones) */
+  uint64_t streams_recycled;  /* ids given to a new stream after their stream was gone (destroyed, handle reused) */
 } xlogrt_torch_stats;
 /* Returns 0, or -1 for a device that has no runtime (and cannot have one). */
 XLOGRT_TORCH_API int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out);

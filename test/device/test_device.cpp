@@ -129,7 +129,7 @@ TEST_CASE("weak spot: StreamPool::adopt refuses a stream of another device or an
   REQUIRE(sim.stream_destroy(*on1).has_value());
 }
 
-TEST_CASE("weak spot: a destroyed stream's handle reused for a new stream is adopted as a new stream",
+TEST_CASE("weak spot: a destroyed stream's handle reused for a new stream is known as a new stream",
           "[device]") {
   SimDriver sim{SimConfig{.reuse_stream_handles = true}};
   auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
@@ -150,10 +150,79 @@ TEST_CASE("weak spot: a destroyed stream's handle reused for a new stream is ado
   const auto second_id = sim.stream_get_id(*second);
   REQUIRE(second_id.has_value());
   CHECK(*second_id != *first_id);
-  // Known by its stream id, not its handle: a new StreamId, not the destroyed stream's.
+  // Known by its stream id, not its handle: the old stream is gone, so the new one
+  // takes its id, after a synchronisation of the device.
+  const auto syncs = sim.calls("cuCtxSynchronize");
   auto b = p.adopt(*second);
   REQUIRE(b.has_value());
-  CHECK(*b == StreamId{3});
-  CHECK(*p.adopt(*second) == StreamId{3});
+  CHECK(*b == StreamId{2});
+  CHECK(sim.calls("cuCtxSynchronize") == syncs + 1);
+  CHECK(p.recycled() == 1);
+  CHECK(*p.adopt(*second) == StreamId{2});  // found by its key from now on: no second sync
+  CHECK(sim.calls("cuCtxSynchronize") == syncs + 1);
+  CHECK(p.size() == 3);
+  REQUIRE(sim.stream_destroy(*second).has_value());
+}
+
+TEST_CASE("StreamPool::forget recycles an adopted stream's id and refuses what it cannot forget", "[device]") {
+  SimDriver sim{SimConfig{}};
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
+  REQUIRE(pool.has_value());
+  auto& p = **pool;
+  auto a = sim.stream_create();
+  auto b = sim.stream_create();
+  REQUIRE((a.has_value() && b.has_value()));
+  CHECK(*p.adopt(*a) == StreamId{2});
+  REQUIRE(sim.stream_destroy(*a).has_value());
+  const auto syncs = sim.calls("cuCtxSynchronize");
+  const auto calls_before = sim.calls("cuStreamGetId");
+  REQUIRE(p.forget(*a).has_value());  // found by handle: no call on the destroyed stream
+  CHECK(sim.calls("cuStreamGetId") == calls_before);
+  CHECK(sim.calls("cuCtxSynchronize") == syncs + 1);
+  CHECK(*p.get(StreamId{2}) == *p.get(StreamId{0}));  // late frees go to the pool's first stream
+
+  auto again = p.forget(*a);
+  REQUIRE_FALSE(again);
+  CHECK(again.error().code() == errc::unknown_stream);
+  auto own = p.forget(*p.get(StreamId{1}));
+  REQUIRE_FALSE(own);
+  CHECK(own.error().code() == errc::stream_misuse);
+  detail::capture_window_count().fetch_add(1);
+  auto in_window = p.forget(*p.get(StreamId{1}));
+  detail::capture_window_count().fetch_sub(1);
+  REQUIRE_FALSE(in_window);
+  CHECK(in_window.error().code() == errc::stream_misuse);
+
+  CHECK(*p.adopt(*b) == StreamId{2});  // the next new stream takes the forgotten id
+  CHECK(*p.get(StreamId{2}) == *b);
+  CHECK(p.recycled() == 1);
+  CHECK(p.size() == 3);
+  REQUIRE(sim.stream_destroy(*b).has_value());
+}
+
+TEST_CASE("StreamPool: a handle reused while a capture window is open gets another id", "[device]") {
+  SimDriver sim{SimConfig{.reuse_stream_handles = true}};
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
+  REQUIRE(pool.has_value());
+  auto& p = **pool;
+  auto first = sim.stream_create();
+  REQUIRE(first.has_value());
+  CHECK(*p.adopt(*first) == StreamId{2});
+  REQUIRE(sim.stream_synchronize(*first).has_value());
+  REQUIRE(sim.stream_destroy(*first).has_value());
+  auto second = sim.stream_create();
+  REQUIRE((second.has_value() && *second == *first));
+  // The handle is found in the pool with no call on it (a window's rule); adopting it
+  // outside a window recycles its id: neither leaves two ids on one live handle keyed.
+  const auto syncs = sim.calls("cuCtxSynchronize");
+  detail::capture_window_count().fetch_add(1);
+  auto in_window = p.adopt(*second);
+  detail::capture_window_count().fetch_sub(1);
+  REQUIRE(in_window.has_value());
+  CHECK(*in_window == StreamId{2});
+  CHECK(sim.calls("cuCtxSynchronize") == syncs);
+  CHECK(*p.adopt(*second) == StreamId{2});
+  CHECK(sim.calls("cuCtxSynchronize") == syncs + 1);
+  CHECK(p.recycled() == 1);
   REQUIRE(sim.stream_destroy(*second).has_value());
 }

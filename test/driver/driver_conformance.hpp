@@ -659,6 +659,39 @@ void free_is_stream_ordered(Probe& p) {
   p.need(d.mem_free_async(b, t), "mem_free_async on t");
 }
 
+/// ctx_synchronize returns once the work of every stream of the context has run, that of
+/// a stream destroyed with work still queued included (StreamPool recycles a destroyed
+/// stream's id after it, with no call on the dead handle).
+template <Driver D>
+void ctx_synchronize_waits_for_every_stream(Probe& p) {
+  static Gate gate;
+  static Witness on_live, on_destroyed;
+  Rig<D> rig(p);
+  D& d = rig.d();
+  GateGuard open_at_end{gate};
+  auto live = rig.stream();
+  auto doomed = p.need(d.stream_create(), "stream_create");
+  on_live.reset(gate);
+  on_destroyed.reset(gate);
+  gate.close();
+  p.need(d.launch_host_func(live, &Gate::wait, &gate), "launch_host_func(gate) on a live stream");
+  p.need(d.launch_host_func(live, &Witness::run, &on_live), "launch_host_func(witness) on the live stream");
+  p.need(d.launch_host_func(doomed, &Gate::wait, &gate), "launch_host_func(gate) on a stream to destroy");
+  p.need(d.launch_host_func(doomed, &Witness::run, &on_destroyed), "launch_host_func(witness) on it");
+  p.need(d.stream_destroy(doomed), "stream_destroy with work queued");
+  p.expect(wait_entered(gate), "the gate's host function never started");
+  std::thread opener([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate.release();
+  });
+  const auto synced = d.ctx_synchronize();
+  const int live_runs = on_live.count(), destroyed_runs = on_destroyed.count();
+  opener.join();
+  p.need(synced, "ctx_synchronize");
+  p.expect(live_runs == 1, "ctx_synchronize returned before a live stream's work ran");
+  p.expect(destroyed_runs == 1, "ctx_synchronize returned before a destroyed stream's work ran");
+}
+
 /// stream_write_value32 writes mapped host memory in stream order; the device address
 /// of an interior host pointer is the base's plus the offset.
 template <Driver D>
@@ -1047,6 +1080,7 @@ std::vector<NamedProperty<D>> all_properties() {
       {"unrecorded_event_is_complete", &unrecorded_event_is_complete<D>},
       {"memory_round_trip", &memory_round_trip<D>},
       {"free_is_stream_ordered", &free_is_stream_ordered<D>},
+      {"ctx_synchronize_waits_for_every_stream", &ctx_synchronize_waits_for_every_stream<D>},
       {"write_value_to_mapped_memory", &write_value_to_mapped_memory<D>},
       {"bad_input_is_refused", &bad_input_is_refused<D>},
   };

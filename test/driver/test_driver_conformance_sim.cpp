@@ -79,6 +79,12 @@ TEST_CASE("mutant: an unknown attribute answered with 0 is caught", "[driver][mu
                     "device_attribute(device 0, DeviceAttr 99) succeeded");
 }
 
+TEST_CASE("mutant: a ctx_synchronize that waits for nothing is caught", "[driver][mutant]") {
+  constexpr Break B = Break::ctx_synchronize_ignored;
+  require_caught<B>(&ctx_synchronize_waits_for_every_stream<MutantDriver<B>>,
+                    "ctx_synchronize returned before a destroyed stream's work ran");
+}
+
 TEST_CASE("mutant: a mem_set_access that grants nothing is caught", "[driver][mutant][vmm]") {
   constexpr Break B = Break::set_access_ignored;
   require_caught<B>(&vmm_stitched_round_trip<MutantDriver<B>>, "CUDA_ERROR_ILLEGAL_ADDRESS");

@@ -746,10 +746,20 @@ int main(int argc, char** argv) {
     // every free queued since the start.
     if (auto r = rt.reap_pending(); !r) soak.fail("reap_pending at a sample: " + r.error().what());
     s.outstanding = rt.bytes_outstanding();
-    if (auto u = rt.driver().mempool_usage(rt.device()->mempool())) {
-      s.pool = *u;
-    } else {
-      soak.fail("the pool's counters at a sample: " + u.error().what());
+    // The stack's pools: the device's default one and, when the caching layer's sizes
+    // have a pool of their own (AsyncCudaOptions::small_pool_bytes), that one too.
+    const auto& base = find_layer<Budget>(rt.stack())->upstream();
+    s.pool = {};
+    for (CUmemoryPool pool : {base.pool(), base.small_pool()}) {
+      if (pool == base.small_pool() && pool == base.pool()) break;
+      if (auto u = rt.driver().mempool_usage(pool)) {
+        s.pool.reserved += u->reserved;
+        s.pool.reserved_high += u->reserved_high;  // the pools' peaks may fall apart: a bound
+        s.pool.used += u->used;
+        s.pool.used_high += u->used_high;
+      } else {
+        soak.fail("the pool's counters at a sample: " + u.error().what());
+      }
     }
     return s;
   };

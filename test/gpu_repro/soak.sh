@@ -24,7 +24,8 @@
 #               and, not counted in the exit status, memcheck with the layer's NVTX marks
 #               (XLOGRT_CACHE=nvtx): the marks are host calls, so a block may be marked
 #               cached while the kernel enqueued before its free still runs, and whether
-#               memcheck then reports depends on when it applies the mark
+#               memcheck then reports depends on when it applies the mark (nvtx_probe.sh
+#               tells apart the situations in which the tool refuses the marks' heaps)
 #   all         check, soak, sanitizers (the default)
 #   start       the soak in the background (its own session, so that it outlives the
 #               calling shell), for machines whose commands are capped below its length

@@ -72,7 +72,7 @@ class _Stats(ctypes.Structure):
         "current_bytes", "peak_bytes", "total_bytes", "freed_bytes", "current_count", "allocations", "frees",
         "failed", "bytes_outstanding", "cached_bytes", "pool_reserved", "pool_reserved_peak", "pool_used",
         "device_allocs", "alloc_retries", "budget_bytes", "budget_in_use", "graph_pool_bytes",
-        "graph_pool_live_bytes")]
+        "graph_pool_live_bytes", "stream_ids", "streams_recycled")]
 
 
 _lib = None        # the loaded libxlogrt_torch, whichever framework loaded it first
@@ -296,7 +296,9 @@ def memory_stats(device=None):
     - xlogrt.held_bytes (live + cached + frees not yet retired), xlogrt.cached_bytes,
       xlogrt.pool_used_bytes, xlogrt.budget_bytes (None: none), xlogrt.budget_in_use,
       xlogrt.graph_pool_bytes (what CUDA graph pools hold, in held_bytes) and
-      xlogrt.graph_pool_live_bytes (of which tensors hold).
+      xlogrt.graph_pool_live_bytes (of which tensors hold), xlogrt.stream_ids (stream ids
+      in use: the pool's own streams and the adopted ones still live) and
+      xlogrt.streams_recycled (ids given to a new stream after their stream was gone).
 
     torch's per-pool splits (small_pool, large_pool), segment and active-block figures
     have no counterpart and are absent."""
@@ -321,6 +323,8 @@ def memory_stats(device=None):
         "xlogrt.budget_in_use": s["budget_in_use"],
         "xlogrt.graph_pool_bytes": s["graph_pool_bytes"],
         "xlogrt.graph_pool_live_bytes": s["graph_pool_live_bytes"],
+        "xlogrt.stream_ids": s["stream_ids"],
+        "xlogrt.streams_recycled": s["streams_recycled"],
     }
 
 

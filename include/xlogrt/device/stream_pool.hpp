@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <bitset>
 #include <concepts>
 #include <cstdint>
 #include <memory>
@@ -20,20 +21,47 @@
 
 namespace xlogrt {
 
-/// The non-blocking streams of one device. StreamId{0} (StreamId::DEFAULT) is the pool's
-/// first stream, StreamId{i} the i-th; a caller's own stream can be adopted and gets the
-/// next id (the pool never destroys an adopted stream). At most MAX_STREAMS ids.
+/// The non-blocking streams of one device, named by StreamId. StreamId{0}
+/// (StreamId::DEFAULT) is the pool's first stream, StreamId{i} the i-th; a caller's own
+/// stream can be adopted and gets a free id (the pool never destroys an adopted stream).
+/// At most MAX_STREAMS ids are in use at once.
 ///
 /// Streams are known by the driver's stream id (D::stream_get_id, cuStreamGetId), not
 /// by handle: the driver may hand a destroyed stream's handle to a new stream, and the
-/// new stream must not inherit the old one's StreamId (its blocks, its tracked uses).
-/// Such a handle is adopted again under a new StreamId; the old StreamId keeps naming
-/// the handle, so blocks allocated on a stream must be freed before it is destroyed.
+/// new stream must not be taken for the old one.
 ///
-/// Thread-safe. get() is lock-free (a bounds check and an array read). adopt() of a
-/// stream already in the pool is lock-free too (one stream_get_id call and a scan of
-/// the ids); a new stream takes a mutex and is published with a release store of the
-/// count, after its handle and id are written (entries never change afterwards).
+/// Streams that come and go. An adopted stream's id is recycled once the stream is known
+/// to be gone: when its handle comes back from the driver with another stream id (a
+/// handle names one live stream, so the old stream was destroyed), or when its owner
+/// says so (forget). Before the id names another stream, the pool synchronises the
+/// device (D::ctx_synchronize): every piece of per-stream state that the layers above
+/// keep under the old id (blocks cached for it, queued frees, tracked uses, waits
+/// already made) describes work enqueued before that point, which has then all run, so
+/// for the id's next stream such state can only cost an extra wait or hand out memory
+/// that is idle; it can never let the new stream run ahead of the old one's work. Once
+/// the pool knows a stream gone it makes no call on its handle: a reused handle is the
+/// new stream's, and a forgotten stream's id is pointed at the pool's own first stream
+/// until it is reused, so a late free of a block allocated on it (or the cache's trim of
+/// its idle blocks) is queued there, after the synchronisation. A process that creates
+/// and destroys streams without end therefore keeps working in constant memory, as long
+/// as at most MAX_STREAMS of them are live at once.
+///
+/// Until then, a destroyed stream's id still holds its handle, and the layers above may
+/// call on it (the poll that retires queued frees records an event on the stream of each
+/// id with frees queued, reap synchronises it, trim frees its cached blocks there), as
+/// PyTorch's allocators call on the stream of a tensor that outlives it. A program that
+/// destroys a stream it allocated on, and whose handles the driver does not reuse at
+/// once, should forget the stream.
+///
+/// The synchronisation is not made while a capture window is open (a device-wide
+/// synchronisation would invalidate the capture), nor retried when it fails: the new
+/// stream then takes another id, and the gone stream's id is recycled when its handle
+/// comes back again. forget() is refused in a window.
+///
+/// Thread-safe. get() and at() are lock-free (a bounds check and an atomic read).
+/// adopt() of a stream already in the pool is lock-free too (one stream_get_id call and
+/// a scan of the ids); a new stream takes a mutex. An id's handle is stored before its
+/// key is published (release), and a lookup that finds the key reads it after (acquire).
 template <Driver D>
 class alignas(64) StreamPool {
  public:
@@ -62,15 +90,13 @@ class alignas(64) StreamPool {
     for (std::size_t i = 0; i < count; ++i) {
       auto s = p->device_->driver().stream_create();
       if (!s) return std::move(s).error();  // the destructor destroys those made so far
-      p->streams_[i] = *s;
-      p->owned_[i] = true;
+      const auto n = static_cast<std::uint32_t>(i);
+      p->streams_[n].store(*s, std::memory_order_relaxed);
+      p->owned_[n].store(true, std::memory_order_relaxed);
+      p->count_.store(n + 1, std::memory_order_release);
       auto key = p->device_->driver().stream_get_id(*s);
-      if (!key) {
-        p->count_.store(static_cast<std::uint32_t>(i + 1), std::memory_order_release);
-        return std::move(key).error();
-      }
-      p->keys_[i] = *key;
-      p->count_.store(static_cast<std::uint32_t>(i + 1), std::memory_order_release);
+      if (!key) return std::move(key).error();
+      p->keys_[n].store(*key, std::memory_order_release);
     }
     return p;
   }
@@ -82,7 +108,7 @@ class alignas(64) StreamPool {
     if (!device_->make_current()) return;
     const auto n = count_.load(std::memory_order_acquire);
     for (std::uint32_t i = 0; i < n; ++i) {
-      if (owned_[i]) (void)device_->driver().stream_destroy(streams_[i]);
+      if (owned(StreamId{i})) (void)device_->driver().stream_destroy(streams_[i].load(std::memory_order_relaxed));
     }
   }
 
@@ -94,32 +120,64 @@ class alignas(64) StreamPool {
 
   /// The driver stream of `id`, which must be in the pool (contains(id)): get() without
   /// the check or the result, for hot paths that checked already.
-  stream_t at(StreamId id) const noexcept { return streams_[id.value]; }
+  stream_t at(StreamId id) const noexcept { return streams_[id.value].load(std::memory_order_relaxed); }
 
-  /// True when `id` names a stream of this pool.
+  /// True when `id` names a stream of this pool (an id whose stream was forgotten still
+  /// does: it names the pool's first stream until it is reused).
   bool contains(StreamId id) const noexcept {
     return id.value < count_.load(std::memory_order_acquire);
   }
 
   /// Adopts a caller's stream (not destroyed by the pool) and returns its id; a stream
   /// already in the pool (one of its own, or adopted before) returns its existing id.
-  /// Makes the device's context current first: the driver's stream id needs it, and a
-  /// caller's thread may have none (torch's autograd threads have none). A driver that
-  /// tells a stream's context (D::stream_context, cuStreamGetCtx) has a new stream checked
-  /// against the device's: a stream of another device is refused. Errors:
-  /// invalid_argument when full; foreign_block for a stream of another device's context;
-  /// the driver's error for a handle it does not know (a destroyed stream, a stream of
-  /// another driver instance).
+  /// A new stream takes the id of the stream whose handle it reuses, else the id of a
+  /// stream gone before, else a new id (see the class comment). Makes the device's context
+  /// current first: the driver's stream id needs it, and a caller's thread may have none
+  /// (torch's autograd threads have none). A driver that tells a stream's context
+  /// (D::stream_context, cuStreamGetCtx) has a new stream checked against the device's:
+  /// a stream of another device is refused. Errors: invalid_argument when MAX_STREAMS
+  /// streams are in the pool and none is known gone; foreign_block for a stream of
+  /// another device's context; the driver's error for a handle it does not know (a
+  /// destroyed stream, a stream of another driver instance) and for a failed
+  /// synchronisation before an id is recycled.
   ///
   /// Capture. cuStreamGetId is refused on a capturing stream (and breaks the capture), so
   /// while a capture window is open (detail::capture_windows_open) a stream already in the
-  /// pool is found by its handle (its newest entry: a capture proves the stream alive), a
-  /// capturing stream not in the pool is refused with stream_misuse (adopt it before the
-  /// capture begins, as the PyTorch bridge does with torch's capture stream), and any
-  /// other new stream is adopted with the thread's capture mode relaxed.
+  /// pool is found by its handle, a capturing stream not in the pool is refused with
+  /// stream_misuse (adopt it before the capture begins, as the PyTorch bridge does with
+  /// torch's capture stream), and any other new stream is adopted with the thread's
+  /// capture mode relaxed.
   result<StreamId> adopt(stream_t s) noexcept {
     if (detail::capture_windows_open()) [[unlikely]] return adopt_in_window(s);
     return adopt_by_key(s);
+  }
+
+  /// The caller's adopted stream `s` is destroyed, or will not be used again: its id is
+  /// recycled for a later stream. Synchronises the device first, then points the id at
+  /// the pool's first stream until it is reused, so that blocks still allocated on it
+  /// are freed there. Finds the stream by its handle, with no call on it. Errors:
+  /// unknown_stream for a handle the pool has not adopted; stream_misuse for one of the
+  /// pool's own streams, and while a capture window is open; the synchronisation's.
+  result<void> forget(stream_t s) noexcept {
+    if (detail::capture_windows_open()) {
+      return error{errc::stream_misuse, "a stream cannot be forgotten while a capture window is open on ordinal " +
+                                            std::to_string(device_->ordinal()) + ": forget it after the capture ends"};
+    }
+    std::lock_guard lock(adopt_mu_);
+    const auto n = count_.load(std::memory_order_relaxed);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (keys_[i].load(std::memory_order_relaxed) == GONE || streams_[i].load(std::memory_order_relaxed) != s) continue;
+      if (owned(StreamId{i})) {
+        return error{errc::stream_misuse, "stream " + std::to_string(i) + " is one of ordinal " +
+                                              std::to_string(device_->ordinal()) +
+                                              "'s pool's own streams: the pool destroys it, nobody forgets it"};
+      }
+      if (auto r = synchronize_locked(); !r) return r;
+      release_locked(i);
+      return ok();
+    }
+    return error{errc::unknown_stream, "forget: the handle is not an adopted stream of ordinal " +
+                                           std::to_string(device_->ordinal()) + "'s pool (never adopted, or forgotten)"};
   }
 
   /// A new non-blocking stream that the pool owns (destroyed with the pool, after every
@@ -135,19 +193,29 @@ class alignas(64) StreamPool {
       return std::move(key).error();
     }
     std::lock_guard lock(adopt_mu_);
-    const auto n = count_.load(std::memory_order_relaxed);
-    if (n == MAX_STREAMS) {
+    auto id = take_id_locked(*s);
+    if (!id) {
       (void)driver_->stream_destroy(*s);
-      return full();
+      return std::move(id).error();
     }
-    streams_[n] = *s;
-    owned_[n] = true;
-    keys_[n] = *key;
-    count_.store(n + 1, std::memory_order_release);
-    return StreamId{n};
+    owned_[id->value].store(true, std::memory_order_relaxed);
+    publish_locked(*id, *s, *key);
+    return *id;
   }
 
+  /// Whether `id` names one of the pool's own streams (made by create or create_owned,
+  /// destroyed with the pool), as opposed to an adopted one. The layers above call on an
+  /// adopted stream's handle only within a call that names the stream (its owner may
+  /// destroy it at any time after), or after synchronising the device; on the pool's own
+  /// streams they may call at any time.
+  bool owned(StreamId id) const noexcept {
+    return id.value < MAX_STREAMS && owned_[id.value].load(std::memory_order_relaxed);
+  }
+
+  /// Ids handed out so far (the highest id in use, plus one).
   std::size_t size() const noexcept { return count_.load(std::memory_order_acquire); }
+  /// How many times an id was given to a new stream after its stream was gone.
+  std::uint64_t recycled() const noexcept { return recycled_.load(std::memory_order_relaxed); }
   const std::shared_ptr<Device<D>>& device() const noexcept { return device_; }
   D& driver() const noexcept { return *driver_; }
 
@@ -160,12 +228,15 @@ class alignas(64) StreamPool {
   }
 
  private:
-  /// The StreamId whose driver stream id is `key`, if any. Lock-free: entries below the
-  /// (acquired) count are written before it is published and never change.
+  /// The key of an id whose stream is gone: no driver stream id is all ones.
+  static constexpr std::uint64_t GONE = ~std::uint64_t{0};
+
+  /// The StreamId whose driver stream id is `key`, if any. Lock-free: a key is published
+  /// (release) after its handle is stored.
   std::optional<StreamId> find(std::uint64_t key) const noexcept {
     const auto n = count_.load(std::memory_order_acquire);
     for (std::uint32_t i = 0; i < n; ++i) {
-      if (keys_[i] == key) return StreamId{i};
+      if (keys_[i].load(std::memory_order_acquire) == key) return StreamId{i};
     }
     return std::nullopt;
   }
@@ -185,22 +256,80 @@ class alignas(64) StreamPool {
       }
     }
     std::lock_guard lock(adopt_mu_);
+    if (auto known = find(*key)) return *known;  // adopted by another thread meanwhile
+    auto id = take_id_locked(s);
+    if (!id) return std::move(id).error();
+    publish_locked(*id, s, *key);
+    return *id;
+  }
+
+  /// An id for a new stream with handle `s`, under adopt_mu_ (see the class comment):
+  /// the id of a stream whose handle `s` was (that stream is gone); else a gone stream's
+  /// id already synchronised (so that the layers' per-id state stays as small as the
+  /// streams live at once); else a new id.
+  result<StreamId> take_id_locked(stream_t s) noexcept {
     const auto n = count_.load(std::memory_order_relaxed);
-    for (std::uint32_t i = 0; i < n; ++i) {
-      if (keys_[i] == *key) return StreamId{i};
+    // Every id whose handle is `s` names a stream that is gone. Once the device has run
+    // their work they are free, and the new stream takes the last of them. In a capture
+    // window (or when the synchronisation fails) they are left as they are: their
+    // handle is the new stream's, and the next reuse of it recycles them.
+    if (!detail::capture_windows_open()) {
+      std::bitset<MAX_STREAMS> gone;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (!owned(StreamId{i}) && !free_.test(i) && streams_[i].load(std::memory_order_relaxed) == s) gone.set(i);
+      }
+      if (gone.any() && synchronize_locked().has_value()) {
+        std::uint32_t last = 0;
+        for (std::uint32_t i = 0; i < n; ++i) {
+          if (gone.test(i)) release_locked(i), last = i;
+        }
+        return recycle_locked(last);
+      }
     }
-    if (n == MAX_STREAMS) return full();
-    streams_[n] = s;
-    owned_[n] = false;
-    keys_[n] = *key;
-    count_.store(n + 1, std::memory_order_release);
-    return StreamId{n};
+    if (free_.any()) return recycle_locked(first(free_));
+    if (n < MAX_STREAMS) return StreamId{n};
+    return full();
+  }
+
+  result<void> synchronize_locked() noexcept {
+    if (auto r = device_->make_current(); !r) return r;
+    return driver_->ctx_synchronize();
+  }
+
+  /// After a synchronisation: id `i`'s stream is gone and its work has run. The id names
+  /// the pool's first stream until it is reused.
+  void release_locked(std::uint32_t i) noexcept {
+    keys_[i].store(GONE, std::memory_order_relaxed);
+    streams_[i].store(streams_[0].load(std::memory_order_relaxed), std::memory_order_relaxed);
+    free_.set(i);
+  }
+
+  StreamId recycle_locked(std::uint32_t i) noexcept {
+    free_.reset(i);
+    recycled_.fetch_add(1, std::memory_order_relaxed);
+    return StreamId{i};
+  }
+
+  /// Stores the handle, then publishes the key (and the count, for a new id).
+  void publish_locked(StreamId id, stream_t s, std::uint64_t key) noexcept {
+    streams_[id.value].store(s, std::memory_order_relaxed);
+    if (id.value == count_.load(std::memory_order_relaxed)) count_.store(id.value + 1, std::memory_order_release);
+    keys_[id.value].store(key, std::memory_order_release);
+  }
+
+  static std::uint32_t first(const std::bitset<MAX_STREAMS>& set) noexcept {
+    for (std::uint32_t i = 0; i < MAX_STREAMS; ++i) {
+      if (set.test(i)) return i;
+    }
+    return MAX_STREAMS;
   }
 
   [[gnu::cold, gnu::noinline]] result<StreamId> adopt_in_window(stream_t s) noexcept {
     const auto n = count_.load(std::memory_order_acquire);
     for (std::uint32_t i = n; i-- > 0;) {
-      if (streams_[i] == s) return StreamId{i};
+      if (keys_[i].load(std::memory_order_acquire) != GONE && streams_[i].load(std::memory_order_relaxed) == s) {
+        return StreamId{i};
+      }
     }
     auto info = driver_->stream_capture_info(s);
     if (!info) return std::move(info).error();
@@ -215,22 +344,29 @@ class alignas(64) StreamPool {
   }
 
   [[gnu::cold]] error full() const {
-    return error{errc::invalid_argument, "stream pool of ordinal " + std::to_string(device_->ordinal()) +
-                                             " is full (" + std::to_string(MAX_STREAMS) + " streams)"};
+    return error{errc::invalid_argument,
+                 "stream pool of ordinal " + std::to_string(device_->ordinal()) + " is full (" +
+                     std::to_string(MAX_STREAMS) +
+                     " streams, none known gone): an id is recycled when its stream's handle comes back from the "
+                     "driver for a new stream, or when its owner forgets it (StreamPool::forget)"};
   }
 
   explicit StreamPool(std::shared_ptr<Device<D>> device)
-      : device_(std::move(device)), driver_(&device_->driver()) {}
+      : device_(std::move(device)), driver_(&device_->driver()) {
+    for (auto& k : keys_) k.store(GONE, std::memory_order_relaxed);
+  }
 
   // get() and driver() read the first line only, for the first few streams: the count,
   // the driver and streams_[0..4] share it.
   std::shared_ptr<Device<D>> device_;
   D* driver_;
   std::atomic<std::uint32_t> count_{0};
-  std::array<stream_t, MAX_STREAMS> streams_{};
-  std::array<bool, MAX_STREAMS> owned_{};
-  std::array<std::uint64_t, MAX_STREAMS> keys_{};  // D::stream_get_id of each stream
+  std::array<std::atomic<stream_t>, MAX_STREAMS> streams_{};
+  std::array<std::atomic<bool>, MAX_STREAMS> owned_{};
+  std::array<std::atomic<std::uint64_t>, MAX_STREAMS> keys_{};  // D::stream_get_id of each stream, or GONE
   std::mutex adopt_mu_;
+  std::bitset<MAX_STREAMS> free_;  // ids of gone streams whose work has run: reusable at once
+  std::atomic<std::uint64_t> recycled_{0};
 };
 
 }  // namespace xlogrt

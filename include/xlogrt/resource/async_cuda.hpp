@@ -50,14 +50,21 @@ struct AsyncCudaOptions {
 /// Accounting: bytes_outstanding() counts a block from allocate until reap_pending() has
 /// seen its queued free complete: the block table's live bytes plus each stream's
 /// queued-but-not-retired bytes. deallocate raises its stream's `queued` count (in the
-/// calling thread's row); reap_pending sums the rows, synchronises the stream, and raises
-/// `retired` to what it read
-/// (a free queued after the read stays pending; concurrent reapers never retire twice).
-/// poll_pending retires frees without waiting: it records an event on each stream with
-/// frees queued since its last look and, on a later look, retires what was queued before
-/// an event the device has reached. deallocate runs it every POLL_EVERY frees of a
-/// thread, so a program that never reaps still sees true figures; retired_bytes() is the
-/// running total of both, for a layer above (Budget) that credits what comes back.
+/// calling thread's row); reap_pending sums the rows, synchronises the stream (the device,
+/// for adopted streams), and raises `retired` to what it read (a free queued after the
+/// read stays pending; concurrent reapers never retire twice). poll_pending retires frees
+/// without waiting: it records an event on each stream with frees queued since its last
+/// look and, on a later look, retires what was queued before an event the device has
+/// reached. deallocate runs it every POLL_EVERY frees of a thread, so a program that never
+/// reaps still sees true figures; retired_bytes() is the running total of both, for a
+/// layer above (Budget) that credits what comes back.
+///
+/// Adopted streams (StreamPool::owned is false) belong to a caller who may destroy them
+/// at any time, and a call on a destroyed stream's handle is undefined in CUDA (it
+/// crashes in cuEventRecord). So the resource calls on an adopted stream's handle only in
+/// a call that names the stream (allocate and deallocate on it, a use on it): the poll
+/// records its event there only when a free on that stream polls, and reap waits for its
+/// frees with one device synchronisation.
 ///
 /// Tracking, per block (state kept in the block table, under the block's own lock):
 /// - the last write: the allocation itself on the alloc stream A at first, then the
@@ -157,8 +164,9 @@ class AsyncCuda {
       return queued.has_value();
     });
     if (!freed) [[unlikely]] return queued ? free_general(std::move(b)) : std::move(queued);
+    const StreamId freed_on = b.alloc_stream();
     DeviceBlock gone = std::move(b);
-    if (poll_due()) [[unlikely]] (void)poll_pending();
+    if (poll_due()) [[unlikely]] (void)poll(freed_on);
     return ok();
   }
 
@@ -208,7 +216,10 @@ class AsyncCuda {
 
   /// Waits for every free queued so far and retires its bytes, except on a stream that is
   /// capturing (synchronising it would invalidate the capture: its frees stay pending), and
-  /// queues the frees deferred by a capture that has ended. Safe to call from many
+  /// queues the frees deferred by a capture that has ended. The pool's own streams are
+  /// synchronised one by one; frees queued on adopted streams (which their owners may
+  /// have destroyed) are waited for by one synchronisation of the device, not made while
+  /// a capture window is open. Safe to call from many
   /// threads at once: each reaper retires at most what it saw queued before its own
   /// synchronisation, and never what another reaper has already retired.
   result<void> reap_pending() noexcept;
@@ -218,10 +229,12 @@ class AsyncCuda {
   /// at the last look has been reached, the frees queued before it retire; then, if frees
   /// were queued since, an idle stream (cuStreamQuery) retires them at once, and a busy
   /// one gets the event recorded after them, for the next look; a capturing stream is
-  /// left alone. First, the frees a capture deferred are queued once it has ended. One
-  /// poll at a time: a call that finds another thread polling returns 0 at once. Errors:
-  /// the driver's (what was retired before stays so).
-  result<std::size_t> poll_pending() noexcept;
+  /// left alone, and so is an adopted stream (StreamPool::owned): its owner may have
+  /// destroyed it, so its frees get their event when a later free on it (a call that
+  /// names it) polls, or retire at reap_pending. First, the frees a capture deferred are
+  /// queued once it has ended. One poll at a time: a call that finds another thread
+  /// polling returns 0 at once. Errors: the driver's (what was retired before stays so).
+  result<std::size_t> poll_pending() noexcept { return poll(StreamId{static_cast<std::uint32_t>(MAX_STREAMS)}); }
 
   /// The bytes of every free retired so far (by reap_pending or poll_pending): a count
   /// that only grows.
@@ -490,6 +503,9 @@ class AsyncCuda {
 
   /// reap_pending's synchronisations and retirements.
   result<void> reap_now() noexcept;
+  /// poll_pending, recording events on the pool's own streams and on `named` (a stream
+  /// the calling thread's call names, so alive) alone.
+  result<std::size_t> poll(StreamId named) noexcept;
 
   /// Whether `s` is capturing (or its capture was invalidated and has not ended): a driver
   /// call on it other than an enqueue would break or fail the capture. A failed query

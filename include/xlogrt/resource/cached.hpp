@@ -43,6 +43,16 @@
 // handed across streams on a wait, so a stream held up for a long time keeps its blocks
 // and another stream allocates fresh memory instead (the pattern of RMM issue 2490).
 //
+// Adopted streams. A stream the pool adopted (StreamPool::owned is false) may be
+// destroyed by its owner at any time, and a call on its handle afterwards is undefined, so
+// the layer calls on it only within a call that names it: another stream that wants its
+// depot's blocks notes that they are wanted (Depot::wanted), and the next put into that
+// depot by a free on the stream records the event; puts from other calls (spills of
+// other streams' bins, the sweep of exited threads) keep all its blocks rather than give
+// any back on its handle; trim gives them back through the pool's first stream after one
+// device synchronisation. A stream destroyed without a word thus leaves its idle blocks
+// here until a trim, or until its id is recycled (StreamPool).
+//
 // Threads. The hit path of a thread that allocates and frees on its own stream touches
 // only its own ThreadCache (detail/thread_cache.hpp) and the block's own slot in the
 // upstream's table: no lock, and no read-modify-write on a line another thread writes,
@@ -107,8 +117,10 @@
 #include "xlogrt/core/block.hpp"
 #include "xlogrt/core/ids.hpp"
 #include "xlogrt/core/result.hpp"
+#include "xlogrt/device/capture_windows.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/adaptor.hpp"
+#include "xlogrt/resource/find_layer.hpp"
 #include "xlogrt/resource/detail/archetypes.hpp"
 #include "xlogrt/resource/detail/cache_nvtx.hpp"
 #include "xlogrt/resource/detail/size_class.hpp"
@@ -282,7 +294,7 @@ class Cached : public Adaptor<Upstream> {
       tc->claim.leave();
       return ok();
     }
-    depot_put(st, s, c, &e);
+    depot_put(st, s, c, &e, 1, true);
     return ok();
   }
 
@@ -392,17 +404,34 @@ class Cached : public Adaptor<Upstream> {
   /// Puts blocks into stream `s`'s depot, under one lock. Those beyond depot_bytes go
   /// back to the upstream first (a block the upstream refuses is kept after all), as
   /// does a block that cannot be kept because host memory ran out.
-  void depot_put(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry* e, std::size_t n = 1) noexcept;
+  /// `named`: `s` is the stream the current call names (the freed block's), so alive;
+  /// otherwise an adopted stream's blocks are all kept (giving one back would call on a
+  /// handle whose stream may be gone), and a depot that another stream wanted is marked
+  /// only by a later named put.
+  void depot_put(State& st, std::uint32_t s, std::uint32_t c, const detail::CachedEntry* e, std::size_t n = 1,
+                 bool named = false) noexcept;
 
   /// Counts blocks of class `c` taken out of a depot (under its lock).
   static void depot_took(State& st, Depot& d, std::uint32_t c, std::size_t n) noexcept;
 
-  /// Frees one cached block upstream (stream-ordered, on `s`): unparks it, then frees
-  /// it. False when the upstream refused the free: the block is parked again, `e` its
+  /// Frees one cached block upstream (stream-ordered, on `s`, or on the first stream with
+  /// `via_first`): unparks it, then frees it. False when the upstream refused the free: the block is parked again, `e` its
   /// new entry, for the caller to keep. True too when the block is gone from the layer
   /// otherwise (the upstream refused to unpark it, or to park it again: it stays live
   /// upstream).
-  bool give_back(State& st, std::uint32_t s, std::uint32_t c, detail::CachedEntry& e) noexcept;
+  /// `via_first`: the device was synchronised since the block was cached, and its free is
+  /// queued on the pool's first stream instead of `s` (an adopted stream that may be gone).
+  bool give_back(State& st, std::uint32_t s, std::uint32_t c, detail::CachedEntry& e, bool via_first = false) noexcept;
+
+  /// Whether `s` is a stream the pool adopted (StreamPool::owned): the layer calls on its
+  /// handle only in a call that names it, or after synchronising the device.
+  bool adopted(std::uint32_t s) noexcept {
+    if constexpr (requires { (*find_streams(upstream()))->owned(StreamId{}); }) {
+      return !(*find_streams(upstream()))->owned(StreamId{s});
+    } else {
+      return false;
+    }
+  }
 
   /// deallocate's rest, holding the claim: the thread's bins for `s` are not made yet,
   /// the bin is full (half of it moves to the depot first), or the thread keeps
@@ -471,8 +500,10 @@ class Cached : public Adaptor<Upstream> {
   std::optional<DeviceBlock> take_across(State& st, StreamId to, std::uint32_t c, AllocTag tag) noexcept;
 
   /// Under d.mu: promotes the marked blocks once their event is complete, and marks the
-  /// fresh ones when no mark is pending. A driver error leaves the blocks where they are.
-  void advance(Depot& d, StreamId s) noexcept;
+  /// fresh ones when no mark is pending, if `may_record` (an event is recorded on `s`);
+  /// else it notes that they are wanted (Depot::wanted). A driver error leaves the blocks
+  /// where they are.
+  void advance(Depot& d, StreamId s, bool may_record) noexcept;
 
   /// trim with the registry lock held.
   std::size_t trim_locked(State& st) noexcept;

@@ -334,6 +334,10 @@ class SimDriver {
   void clear_hazards() noexcept;
   /// Reports not kept because max_hazards was reached.
   std::uint64_t hazards_dropped() const noexcept;
+  /// Calls refused because they named a destroyed stream's handle: undefined behaviour in
+  /// CUDA (a crash, or work on whatever stream the handle names now), so a library's
+  /// tests expect none of their own.
+  std::uint64_t dead_stream_calls() const noexcept { return dead_stream_calls_.load(std::memory_order_relaxed); }
 
   /// The n-th call (1-based, counted from now) of entry point `call` (its CUDA name,
   /// e.g. "cuMemAllocFromPoolAsync", also accepted as "cuMemAllocAsync") fails
@@ -486,6 +490,7 @@ class SimDriver {
   SimCaptureStats capture_stats_;
   bool stop_ = false;
   mutable std::mutex mu_;
+  mutable std::atomic<std::uint64_t> dead_stream_calls_{0};
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
   std::vector<std::thread> workers_;

@@ -88,7 +88,7 @@ inline result<void> AsyncCuda<D>::reap_pending() noexcept {
 }
 
 template <Driver D>
-inline result<std::size_t> AsyncCuda<D>::poll_pending() noexcept {
+inline result<std::size_t> AsyncCuda<D>::poll(StreamId named) noexcept {
   std::unique_lock lock(state_->poll_mu, std::try_to_lock);
   if (!lock.owns_lock()) return std::size_t{0};
   std::optional<detail::RelaxedCapture<D>> relaxed;  // its calls stay legal during a capture
@@ -109,7 +109,9 @@ inline result<std::size_t> AsyncCuda<D>::poll_pending() noexcept {
     // the event is recorded below.
     const std::uint64_t seen = state_->queued(i, std::memory_order_acquire);
     if (seen <= state_->retired[i].load(std::memory_order_relaxed)) continue;
-    const stream_t s = streams_->at(StreamId{static_cast<std::uint32_t>(i)});
+    const StreamId id{static_cast<std::uint32_t>(i)};
+    if (id != named && !streams_->owned(id)) continue;  // no call on a stream that may be gone
+    const stream_t s = streams_->at(id);
     if (capturing(s)) continue;  // a query, or an event recorded into the capture, would break it
     auto idle = driver().stream_query(s);
     if (!idle) return std::move(idle).error();
@@ -185,7 +187,7 @@ result<void> AsyncCuda<D>::free_general(DeviceBlock&& b) noexcept {
   });
   if (!r) return r;
   DeviceBlock gone = std::move(b);
-  if (poll_due()) (void)poll_pending();
+  if (poll_due()) (void)poll(gone.alloc_stream());
   return ok();
 }
 
@@ -193,6 +195,9 @@ template <Driver D>
 inline result<void> AsyncCuda<D>::reap_now() noexcept {
   if (auto r = queue_deferred(); !r) return r;
   const std::size_t n = streams_->size();
+  // Adopted streams' frees: the `seen` of each, retired after one device synchronisation.
+  std::array<std::uint64_t, MAX_STREAMS> adopted_seen{};
+  bool adopted_pending = false;
   for (std::size_t i = 0; i < n; ++i) {
     // Acquire pairs with count_queued's release: every free counted in `seen` was
     // queued before the synchronisation below.
@@ -200,11 +205,23 @@ inline result<void> AsyncCuda<D>::reap_now() noexcept {
     std::atomic<std::uint64_t>& retired = state_->retired[i];
     std::uint64_t done = retired.load(std::memory_order_relaxed);
     if (seen == done) continue;
-    auto s = streams_->get(StreamId{static_cast<std::uint32_t>(i)});
+    const StreamId id{static_cast<std::uint32_t>(i)};
+    if (!streams_->owned(id)) {
+      adopted_seen[i] = seen;
+      adopted_pending = true;
+      continue;
+    }
+    auto s = streams_->get(id);
     if (!s) return std::move(s).error();
     if (capturing(*s)) continue;
     if (auto r = driver().stream_synchronize(*s); !r) return r;
     retire(i, seen);
+  }
+  if (adopted_pending && !detail::capture_windows_open()) {
+    if (auto r = driver().ctx_synchronize(); !r) return r;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (adopted_seen[i] != 0) retire(i, adopted_seen[i]);
+    }
   }
   return ok();
 }

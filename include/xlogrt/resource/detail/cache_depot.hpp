@@ -37,6 +37,7 @@ struct Cached<Upstream, Protocol>::Depot {
   event_t event{};
   bool has_event = false;  // `event` was created
   bool pending = false;    // `event` marks the `marked` lists and is not known complete
+  bool wanted = false;     // another stream found fresh blocks of this adopted stream unmarked
   std::vector<std::vector<detail::CachedEntry>> fresh, marked, done;
   std::unique_ptr<std::atomic<std::uint32_t>[]> count;  // blocks of each class here; written under mu
 };
@@ -63,11 +64,13 @@ inline typename Cached<Upstream, Protocol>::Depot* Cached<Upstream, Protocol>::d
 template <class Upstream, class Protocol>
   requires RecyclingResource<Upstream> && DriverResource<Upstream>
 inline void Cached<Upstream, Protocol>::depot_put(State& st, std::uint32_t s, std::uint32_t c,
-                                                  const detail::CachedEntry* e, std::size_t n) noexcept {
+                                                  const detail::CachedEntry* e, std::size_t n, bool named) noexcept {
   const std::size_t size = detail::class_bytes(c);
   // A soft bound: puts racing each other may pass it by their own blocks.
   const std::size_t held = st.depot_held.load(std::memory_order_relaxed);
-  const std::size_t fit = held >= st.options.depot_bytes ? 0 : std::min(n, (st.options.depot_bytes - held) / size);
+  const std::size_t fit = !named && adopted(s)       ? n
+                          : held >= st.options.depot_bytes ? 0
+                                                           : std::min(n, (st.options.depot_bytes - held) / size);
   // Kept: `refused` (a block beyond the bound whose free the upstream refused, parked
   // again), then e[from, n).
   std::optional<detail::CachedEntry> refused;
@@ -88,6 +91,7 @@ inline void Cached<Upstream, Protocol>::depot_put(State& st, std::uint32_t s, st
       for (; i < n; ++i, ++kept) d->fresh[c].push_back(e[i]);
     } catch (...) {
     }
+    if (named && d->wanted) advance(*d, StreamId{s}, true);
     d->count[c].store(d->count[c].load(std::memory_order_relaxed) + static_cast<std::uint32_t>(kept),
                       std::memory_order_relaxed);
   }

@@ -88,7 +88,7 @@ inline std::optional<DeviceBlock> Cached<Upstream, Protocol>::take_across(
     std::optional<detail::CachedEntry> e;
     {
       std::lock_guard lock(d->mu);
-      advance(*d, StreamId{s});
+      advance(*d, StreamId{s}, !adopted(s));  // an adopted stream may be gone: no call on it
       if (!d->done[c].empty()) {
         e = d->done[c].back();
         d->done[c].pop_back();
@@ -109,7 +109,7 @@ inline std::optional<DeviceBlock> Cached<Upstream, Protocol>::take_across(
 
 template <class Upstream, class Protocol>
   requires RecyclingResource<Upstream> && DriverResource<Upstream>
-inline void Cached<Upstream, Protocol>::advance(Depot& d, StreamId s) noexcept {
+inline void Cached<Upstream, Protocol>::advance(Depot& d, StreamId s, bool may_record) noexcept {
   auto& drv = upstream().driver();
   if (d.pending) {
     if constexpr (Protocol::wait_for_completion) {
@@ -126,6 +126,11 @@ inline void Cached<Upstream, Protocol>::advance(Depot& d, StreamId s) noexcept {
   bool any = false;
   for (const auto& f : d.fresh) any = any || !f.empty();
   if (!any) return;
+  if (!may_record) {
+    d.wanted = true;
+    return;
+  }
+  d.wanted = false;
   if (!d.has_event) {
     if (!upstream().make_current()) return;
     auto e = drv.event_create();
@@ -140,7 +145,7 @@ inline void Cached<Upstream, Protocol>::advance(Depot& d, StreamId s) noexcept {
     d.fresh[c].clear();
   }
   d.pending = true;
-  if constexpr (!Protocol::wait_for_completion) advance(d, s);
+  if constexpr (!Protocol::wait_for_completion) advance(d, s, may_record);
 }
 
 }  // namespace xlogrt

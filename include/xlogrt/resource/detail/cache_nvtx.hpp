@@ -21,6 +21,16 @@
 // Off (the default) it does nothing. On, each call is a host call that NVTX makes a no-op
 // when no tool is attached; the heap handles are kept in a map under a mutex, which is
 // why it is an option for sanitizer runs and not the default.
+//
+// What the tool takes. compute-sanitizer's memcheck (2025.3, CUDA 13.0) accepts a heap
+// only over memory of cuMemAlloc: it refuses every heap inside memory of a stream-ordered
+// pool (cuMemAllocFromPoolAsync, from the device's default pool or a created one, whether
+// or not the allocation has run, whole or a sub-range, from any thread) with "One or more
+// of the parameters is invalid", and then reports nothing for it
+// (test/gpu_repro/nvtx_probe.sh). Over AsyncCuda, as in the default stack, the marks
+// therefore watch nothing; they work over a base that allocates with cuMemAlloc
+// (DirectCuda). To check pool-based code with memcheck, turn the cache off
+// (XLOGRT_CACHE=0): every free is then a cuMemFreeAsync, which memcheck follows.
 
 #include <atomic>
 #include <cstddef>

@@ -73,7 +73,7 @@ inline void Cached<Upstream, Protocol>::drain(State& st, detail::ThreadCache& tc
 template <class Upstream, class Protocol>
   requires RecyclingResource<Upstream> && DriverResource<Upstream>
 inline bool Cached<Upstream, Protocol>::give_back(State& st, std::uint32_t s, std::uint32_t c,
-                                                  detail::CachedEntry& e) noexcept {
+                                                  detail::CachedEntry& e, bool via_first) noexcept {
   const std::size_t size = detail::class_bytes(c);
   if (st.marks.on()) st.marks.released(e.ptr);
   if (!upstream().unpark_block(e.id, e.tag)) [[unlikely]] {
@@ -81,8 +81,18 @@ inline bool Cached<Upstream, Protocol>::give_back(State& st, std::uint32_t s, st
     return true;
   }
   DeviceBlock b{e.ptr, size, StreamId{s}, ordinal_, e.tag, e.id};
-  if (!upstream().deallocate(std::move(b))) [[unlikely]] {
-    auto again = upstream().recycle_block(b, StreamId{s}, Recycle::park);
+  bool freed = false;
+  if (via_first) {  // the device has run everything queued on `s` before the block was cached
+    if (auto moved = upstream().recycle_block(b, StreamId{0}, Recycle::live)) {
+      b = std::move(*moved);
+      freed = upstream().deallocate(std::move(b)).has_value();
+    }
+  } else {
+    freed = upstream().deallocate(std::move(b)).has_value();
+  }
+  if (!freed) [[unlikely]] {  // `b` is as it was before the refused call
+    const StreamId on = b.alloc_stream();
+    auto again = upstream().recycle_block(b, on, Recycle::park);
     if (!again) {
       dropped(st);
       return true;
@@ -91,6 +101,10 @@ inline bool Cached<Upstream, Protocol>::give_back(State& st, std::uint32_t s, st
     if (st.marks.on()) {  // still cached: watched again
       st.marks.fresh(e.ptr, size);
       st.marks.cached(e.ptr);
+    }
+    if (on.value != s) {  // kept by the first stream's depot, where its block now is
+      depot_put(st, on.value, c, &e, 1, true);
+      return true;
     }
     return false;
   }
@@ -123,7 +137,7 @@ inline void Cached<Upstream, Protocol>::evict_larger(State& st, StreamId stream,
     if (give_back(st, stream.value, k, *e)) {
       st.evictions.fetch_add(1, std::memory_order_relaxed);
     } else {
-      depot_put(st, stream.value, k, &*e);  // refused: kept
+      depot_put(st, stream.value, k, &*e, 1, true);  // refused: kept
     }
     return;
   }
@@ -135,11 +149,23 @@ inline std::size_t Cached<Upstream, Protocol>::trim_locked(State& st) noexcept {
   st.trims.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t before = st.trimmed_bytes.load(std::memory_order_relaxed);
   sweep_orphans_locked(st);
+  // An adopted stream's blocks go back through the pool's first stream, after one
+  // synchronisation of the device (made when the first such block comes, and never in a
+  // capture window, when they stay): the stream may be gone.
+  int synced = -1;
+  const auto give = [&](std::uint32_t s, std::uint32_t c, detail::CachedEntry& e) {
+    if (!adopted(s)) return give_back(st, s, c, e);
+    if (synced < 0) {
+      synced = !detail::capture_windows_open() && upstream().make_current().has_value() &&
+               upstream().driver().ctx_synchronize().has_value();
+    }
+    return synced == 1 && give_back(st, s, c, e, true);
+  };
   for (const auto& tc : st.caches) {
     tc->claim.claim();
     drain(st, *tc, [&](std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) {
       detail::CachedEntry x = e;
-      if (!give_back(st, s, c, x)) depot_put(st, s, c, &x);
+      if (!give(s, c, x)) depot_put(st, s, c, &x);
     });
     tc->claim.release();
   }
@@ -160,7 +186,7 @@ inline std::size_t Cached<Upstream, Protocol>::trim_locked(State& st) noexcept {
           depot_took(st, *d, c, taken.size());
         }
         for (detail::CachedEntry& e : taken) {
-          if (!give_back(st, s, c, e)) depot_put(st, s, c, &e);
+          if (!give(s, c, e)) depot_put(st, s, c, &e);
         }
       }
     }

@@ -141,15 +141,15 @@ void Cached<Upstream, Protocol>::keep_general(State& st, detail::ThreadCache* tc
   const std::size_t size = detail::class_bytes(c);
   if (tc->held.load(std::memory_order_relaxed) + size > st.options.thread_bytes) {
     spill_bins(st, *tc, detail::CACHE_STREAMS, ALL_CLASSES);
-    if (size > st.options.thread_bytes) return depot_put(st, s, c, &e);
+    if (size > st.options.thread_bytes) return depot_put(st, s, c, &e, 1, true);
   }
   detail::CacheBin* bins = tc->bins_of(s);
-  if (bins == nullptr) return depot_put(st, s, c, &e);
+  if (bins == nullptr) return depot_put(st, s, c, &e, 1, true);
   detail::CacheBin& bin = bins[c];
   std::uint32_t n = bin.n.load(std::memory_order_relaxed);
   if (n >= st.bin_cap[c]) {
     const std::uint32_t keep = n / 2;
-    depot_put(st, s, c, &bin.items[keep], n - keep);
+    depot_put(st, s, c, &bin.items[keep], n - keep, true);
     tc->held.store(tc->held.load(std::memory_order_relaxed) - (n - keep) * size, std::memory_order_relaxed);
     n = keep;
   }

@@ -203,6 +203,7 @@ inline result<SimDriver::Stream*> SimDriver::stream_locked(Call c, stream_t s) c
   if (s->owner != this)
     return fail(c, status::invalid_handle, "using a stream of another SimDriver");
   if (!s->alive) {
+    dead_stream_calls_.fetch_add(1, std::memory_order_relaxed);
     return fail(c, status::invalid_handle,
                 "using stream " + std::to_string(s->id) + ", which was destroyed");
   }
