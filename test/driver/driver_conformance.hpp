@@ -2,7 +2,8 @@
 #pragma once
 
 // The Driver conformance suite: what driver/concept.hpp promises, written once over any
-// D satisfying Driver and run over SimDriver (host suite) and CudaDriver (gpu suite).
+// D satisfying Driver and run over SimDriver (host suite) and CudaDriver (gpu suite); for
+// a D that also models VirtualMemoryDriver (both do), the virtual memory properties too.
 //
 // Each property is a function template that drives D::open()'s instance on device 0
 // and reports what it saw in a Probe rather than through Catch2 assertions, so that a
@@ -760,6 +761,276 @@ void bad_input_is_refused(Probe& p) {
   p.need(d.mem_free(c), "mem_free");
 }
 
+// --- virtual memory (drivers that model VirtualMemoryDriver) ------------------------------
+
+/// A Rig's virtual memory: what a property reserved, created and mapped through it, each
+/// undone when it goes (after a synchronisation of the context), whatever the property
+/// undid itself already. So a property that gives up half way leaves the driver as it
+/// found it.
+template <VirtualMemoryDriver D>
+class VmmRig {
+ public:
+  using phys_t = typename D::phys_t;
+
+  explicit VmmRig(Probe& p, Rig<D>& rig) : p_(p), rig_(rig), d_(rig.d()) {
+    g_ = p.need(d_.mem_granularity(rig.dev()), "mem_granularity(device 0)");
+  }
+  ~VmmRig() {
+    (void)d_.ctx_make_current(rig_.ctx());
+    (void)d_.ctx_synchronize();
+    for (auto [va, n] : maps_) (void)d_.mem_unmap(va, n);
+    for (phys_t h : phys_) (void)d_.mem_release(h);
+    for (auto [va, n] : ranges_) (void)d_.mem_address_free(va, n);
+  }
+  VmmRig(const VmmRig&) = delete;
+  VmmRig& operator=(const VmmRig&) = delete;
+
+  std::size_t g() const { return g_.minimum; }
+  const AllocationGranularity& granularity() const { return g_; }
+
+  std::uint64_t reserve(std::size_t n, std::size_t align = 0) {
+    const std::uint64_t va = p_.need(d_.mem_address_reserve(n, align), "mem_address_reserve");
+    ranges_.emplace_back(va, n);
+    return va;
+  }
+  void free_range(std::uint64_t va, std::size_t n) {
+    p_.need(d_.mem_address_free(va, n), "mem_address_free");
+    std::erase(ranges_, std::pair{va, n});
+  }
+  phys_t create(std::size_t n) {
+    const phys_t h = p_.need(d_.mem_create(n, rig_.dev()), "mem_create(device 0)");
+    phys_.push_back(h);
+    return h;
+  }
+  void release(phys_t h) {
+    p_.need(d_.mem_release(h), "mem_release");
+    std::erase_if(phys_, [&](phys_t x) { return x == h; });
+  }
+  void map(std::uint64_t va, std::size_t n, phys_t h) {
+    p_.need(d_.mem_map(va, n, h), "mem_map");
+    maps_.emplace_back(va, n);
+  }
+  void unmap(std::uint64_t va, std::size_t n) {
+    p_.need(d_.mem_unmap(va, n), "mem_unmap");
+    std::erase(maps_, std::pair{va, n});
+  }
+  void access(std::uint64_t va, std::size_t n) {
+    p_.need(d_.mem_set_access(va, n, rig_.dev()), "mem_set_access(device 0)");
+  }
+  /// Forgets a mapping the property unmapped itself.
+  void forget_mapping(std::uint64_t va, std::size_t n) { std::erase(maps_, std::pair{va, n}); }
+
+ private:
+  Probe& p_;
+  Rig<D>& rig_;
+  D& d_;
+  AllocationGranularity g_;
+  std::vector<std::pair<std::uint64_t, std::size_t>> ranges_;
+  std::vector<phys_t> phys_;
+  std::vector<std::pair<std::uint64_t, std::size_t>> maps_;
+};
+
+/// The granularity is a power of two with the recommended one a multiple of it;
+/// reservations are aligned to it (or to the alignment asked for) and disjoint.
+template <VirtualMemoryDriver D>
+void vmm_granularity_and_reservations(Probe& p) {
+  Rig<D> rig(p);
+  VmmRig<D> vm(p, rig);
+  const AllocationGranularity g = vm.granularity();
+  p.expect(g.minimum >= 4096 && (g.minimum & (g.minimum - 1)) == 0,
+           "the minimum granularity " + std::to_string(g.minimum) +
+               " is not a power of two of at least a page");
+  p.expect(g.recommended >= g.minimum && g.recommended % g.minimum == 0,
+           "the recommended granularity " + std::to_string(g.recommended) +
+               " is not a multiple of the minimum " + std::to_string(g.minimum));
+  const std::uint64_t a = vm.reserve(4 * g.minimum);
+  const std::uint64_t b = vm.reserve(4 * g.minimum);
+  const std::uint64_t w = vm.reserve(2 * g.minimum, 16 * g.minimum);
+  p.expect(a != 0 && b != 0 && w != 0, "mem_address_reserve returned address 0");
+  p.expect(a % g.minimum == 0 && b % g.minimum == 0,
+           "a reservation is not aligned to the minimum granularity");
+  p.expect(w % (16 * g.minimum) == 0, "a reservation is not aligned as asked");
+  p.expect(a + 4 * g.minimum <= b || b + 4 * g.minimum <= a, "two reservations overlap");
+  vm.free_range(a, 4 * g.minimum);
+  vm.free_range(b, 4 * g.minimum);
+  vm.free_range(w, 2 * g.minimum);
+}
+
+/// Two physical allocations mapped side by side read as one range (a copy crosses from
+/// one to the other), one mapped at a second address shows the same bytes there, and
+/// copies and fills move bytes between virtual and pool memory.
+template <VirtualMemoryDriver D>
+void vmm_stitched_round_trip(Probe& p) {
+  Rig<D> rig(p);
+  D& d = rig.d();
+  VmmRig<D> vm(p, rig);
+  auto s = rig.stream();
+  const std::size_t g = vm.g();
+  const std::uint64_t va = vm.reserve(4 * g);
+  const std::uint64_t alias = vm.reserve(g);
+  auto a = vm.create(g);
+  auto b = vm.create(g);
+  vm.map(va, g, b);  // b first, a after it
+  vm.map(va + g, g, a);
+  vm.map(alias, g, a);
+  vm.access(va, 2 * g);  // two whole mappings in one call
+  vm.access(alias, g);
+
+  constexpr std::size_t n = 8192;  // half before the seam, half after
+  std::vector<std::uint8_t> src(n), across(n, 0), after(n / 2, 0), viapool(n, 0), head(256, 0);
+  for (std::size_t i = 0; i < n; ++i) src[i] = static_cast<std::uint8_t>(i * 13 + 5);
+  const std::uint64_t pooled = p.need(d.mem_alloc_async(n, rig.pool(), s), "mem_alloc_async");
+  p.need(d.memset_d8_async(va, 0x5A, g, s), "memset_d8_async of the first mapping");
+  p.need(d.memcpy_htod_async(va + g - n / 2, src.data(), n, s), "memcpy_htod_async across the seam");
+  p.need(d.memcpy_dtoh_async(across.data(), va + g - n / 2, n, s), "memcpy_dtoh_async across the seam");
+  p.need(d.memcpy_dtoh_async(after.data(), alias, n / 2, s), "memcpy_dtoh_async through the alias");
+  p.need(d.memcpy_dtod_async(pooled, va + g - n / 2, n, s), "memcpy_dtod_async to pool memory");
+  p.need(d.memcpy_dtoh_async(viapool.data(), pooled, n, s), "memcpy_dtoh_async of the pool copy");
+  p.need(d.memcpy_dtoh_async(head.data(), va, 256, s), "memcpy_dtoh_async of the first bytes");
+  p.need(d.stream_synchronize(s), "stream_synchronize");
+  auto wrong = [&](const std::vector<std::uint8_t>& got, std::size_t from) {
+    std::size_t w = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) w += got[i] != src[from + i];
+    return w;
+  };
+  p.expect(wrong(across, 0) == 0, std::to_string(wrong(across, 0)) +
+                                      " bytes read back across two stitched mappings differ from those written");
+  p.expect(wrong(after, n / 2) == 0,
+           std::to_string(wrong(after, n / 2)) +
+               " bytes of an allocation read through its second mapping differ from those "
+               "written through the first");
+  p.expect(wrong(viapool, 0) == 0, std::to_string(wrong(viapool, 0)) +
+                                       " bytes copied from virtual to pool memory differ");
+  p.expect(count_not(head, 0x5A) == 0, "the fill of the first mapping did not hold");
+
+  p.need(d.mem_free_async(pooled, s), "mem_free_async");
+  p.need(d.stream_synchronize(s), "stream_synchronize before unmapping");
+  vm.unmap(alias, g);
+  vm.unmap(va + g, g);
+  vm.unmap(va, g);
+  vm.release(a);
+  vm.release(b);
+  vm.free_range(alias, g);
+  vm.free_range(va, 4 * g);
+}
+
+/// Physical memory is device memory: mem_get_info's free memory falls when it is
+/// created, stays down while a mapping holds it after its release (whose bytes stay
+/// readable), and rises when the last mapping goes.
+template <VirtualMemoryDriver D>
+void vmm_mem_info_follows_physical_memory(Probe& p) {
+  Rig<D> rig(p);
+  D& d = rig.d();
+  VmmRig<D> vm(p, rig);
+  auto s = rig.stream();
+  const std::size_t g = vm.g();
+  const std::size_t n = ((std::size_t{64} << 20) + g - 1) / g * g;
+  const MemInfo before = p.need(d.mem_get_info(), "mem_get_info");
+  auto h = vm.create(n);
+  const MemInfo during = p.need(d.mem_get_info(), "mem_get_info after mem_create");
+  p.expect(during.free + n <= before.free,
+           "mem_get_info's free went from " + std::to_string(before.free) + " to " +
+               std::to_string(during.free) + " bytes, not down by at least " +
+               std::to_string(n) + ", over a mem_create of that many");
+  const std::uint64_t va = vm.reserve(n);
+  vm.map(va, n, h);
+  vm.access(va, n);
+  p.need(d.memset_d8_async(va, 0x3C, n, s), "memset_d8_async of the mapping");
+  p.need(d.stream_synchronize(s), "stream_synchronize");
+
+  vm.release(h);  // legal while mapped: the mapping keeps the memory
+  const MemInfo held = p.need(d.mem_get_info(), "mem_get_info after mem_release");
+  p.expect(held.free + n <= before.free,
+           "mem_get_info's free rose to " + std::to_string(held.free) +
+               " bytes after mem_release of memory still mapped");
+  std::vector<std::uint8_t> tail(4096, 0);
+  p.need(d.memcpy_dtoh_async(tail.data(), va + n - tail.size(), tail.size(), s),
+         "memcpy_dtoh_async of released, mapped memory");
+  p.need(d.stream_synchronize(s), "stream_synchronize");
+  p.expect(count_not(tail, 0x3C) == 0, "released memory still mapped did not keep its bytes");
+
+  vm.unmap(va, n);
+  const MemInfo after = p.need(d.mem_get_info(), "mem_get_info after the last unmap");
+  p.expect(after.free > held.free, "mem_get_info's free did not rise after the last unmap of "
+                                   "released memory");
+  vm.free_range(va, n);
+}
+
+/// What the driver API documents as wrong is refused, and loses nothing: a size or address
+/// that is not a multiple of the granularity, a mapping larger than its allocation or over
+/// a mapping, part of a mapping unmapped, access set on a range not fully mapped, a
+/// reservation freed with another size. Every refusal is a driver_error.
+template <VirtualMemoryDriver D>
+void vmm_bad_input_is_refused(Probe& p) {
+  Rig<D> rig(p);
+  D& d = rig.d();
+  VmmRig<D> vm(p, rig);
+  auto s = rig.stream();
+  const std::size_t g = vm.g();
+  const std::uint64_t va = vm.reserve(4 * g);
+  auto h = vm.create(2 * g);
+  auto refused = [&](const auto& r, const std::string& call) {
+    p.expect_error(r, errc::driver_error, 0, call);
+  };
+  refused(d.mem_create(g / 2, rig.dev()), "mem_create(half the granularity)");
+  refused(d.mem_map(va + g / 2, g, h), "mem_map at an address off the granularity");
+  refused(d.mem_map(va, g / 2, h), "mem_map of half the granularity");
+  refused(d.mem_map(va, 4 * g, h), "mem_map of more than the allocation");
+  vm.map(va, 2 * g, h);
+  refused(d.mem_map(va + g, 2 * g, h), "mem_map over a mapping");
+  refused(d.mem_unmap(va, g), "mem_unmap of the first half of a mapping");
+  refused(d.mem_set_access(va, 4 * g, rig.dev()), "mem_set_access of a range half unmapped");
+  refused(d.mem_address_free(va, 2 * g), "mem_address_free with another size than reserved");
+
+  // Nothing was lost: the mapping works, and comes apart as it was made.
+  vm.access(va, 2 * g);
+  p.need(d.memset_d8_async(va + 2 * g - 256, 0x21, 256, s), "memset_d8_async after the refusals");
+  std::vector<std::uint8_t> back(256, 0);
+  p.need(d.memcpy_dtoh_async(back.data(), va + 2 * g - 256, 256, s), "memcpy_dtoh_async");
+  p.need(d.stream_synchronize(s), "stream_synchronize");
+  p.expect(count_not(back, 0x21) == 0, "a mapping did not hold its fill after the refusals");
+  vm.unmap(va, 2 * g);
+  vm.release(h);
+  vm.free_range(va, 4 * g);
+}
+
+/// Prints (does not check) what a VirtualMemoryDriver answers where the driver API
+/// documentation is silent or vague, and SimDriver chose (see its class comment).
+template <VirtualMemoryDriver D>
+void report_unspecified_vmm() {
+  Probe p;
+  try {
+    Rig<D> rig(p);
+    D& d = rig.d();
+    VmmRig<D> vm(p, rig);
+    const std::size_t g = vm.g();
+    auto say = [](const char* call, const auto& r) {
+      std::printf("%s answers %s -> %s\n", D::kind, call,
+                  r ? "success" : r.error().what().c_str());
+    };
+    const std::uint64_t va = vm.reserve(8 * g);
+    auto h = vm.create(2 * g);
+    auto part = d.mem_map(va, g, h);
+    say("mem_map(the first half of an allocation)", part);
+    if (part) (void)d.mem_unmap(va, g);
+    vm.map(va, g, h);
+    vm.map(va + g, g, h);
+    auto both = d.mem_unmap(va, 2 * g);
+    say("mem_unmap(two adjacent mappings in one call)", both);
+    if (both) {
+      vm.forget_mapping(va, g);
+      vm.forget_mapping(va + g, g);
+    } else {
+      vm.unmap(va, g);
+      vm.unmap(va + g, g);
+    }
+    vm.map(va, 2 * g, h);
+    say("mem_set_access(the first half of a mapping)", d.mem_set_access(va, g, rig.dev()));
+  } catch (const Abort&) {
+  }
+  for (const auto& f : p.failures()) std::printf("%s report_unspecified_vmm: %s\n", D::kind, f.c_str());
+}
+
 /// Prints (does not check) what the driver answers to input whose outcome the CUDA
 /// documentation leaves open, so that a GPU run shows where SimDriver's choice differs
 /// from the real driver's. Only calls that cannot harm the context are made.
@@ -815,16 +1086,32 @@ std::vector<NamedProperty<D>> all_properties() {
   };
 }
 
+/// The virtual memory properties, for a driver that models VirtualMemoryDriver.
+template <VirtualMemoryDriver D>
+std::vector<NamedProperty<D>> vmm_properties() {
+  return {
+      {"vmm_granularity_and_reservations", &vmm_granularity_and_reservations<D>},
+      {"vmm_stitched_round_trip", &vmm_stitched_round_trip<D>},
+      {"vmm_mem_info_follows_physical_memory", &vmm_mem_info_follows_physical_memory<D>},
+      {"vmm_bad_input_is_refused", &vmm_bad_input_is_refused<D>},
+  };
+}
+
 /// The whole suite as Catch2 checks: one CHECK per property, naming what broke.
 template <Driver D>
 void driver_conformance_suite() {
-  for (const auto& prop : all_properties<D>()) {
+  auto props = all_properties<D>();
+  if constexpr (VirtualMemoryDriver<D>) {
+    for (const auto& prop : vmm_properties<D>()) props.push_back(prop);
+  }
+  for (const auto& prop : props) {
     const auto failures = run_property<D>(prop.fn);
     INFO(std::string(D::kind) + " driver, property " + prop.name + ":\n  " + joined(failures));
     CHECK(failures.empty());
     std::printf("%s %s: %s\n", D::kind, prop.name, failures.empty() ? "holds" : "BROKEN");
   }
   report_unspecified<D>();
+  if constexpr (VirtualMemoryDriver<D>) report_unspecified_vmm<D>();
 }
 
 }  // namespace xlogrt::drvtest

@@ -54,7 +54,8 @@ std::set<void*> g_host_blocks;                 // live cuMemHostAlloc allocation
 
 CUresult enter(const char* symbol, int variant, unsigned long long a0 = 0,
                unsigned long long a1 = 0, unsigned long long a2 = 0,
-               unsigned long long a3 = 0) {
+               unsigned long long a3 = 0, unsigned long long a4 = 0,
+               unsigned long long a5 = 0) {
   g_state.calls.fetch_add(1);
   std::strncpy(g_state.last_symbol, symbol, sizeof g_state.last_symbol - 1);
   g_state.last_variant = variant;
@@ -62,6 +63,8 @@ CUresult enter(const char* symbol, int variant, unsigned long long a0 = 0,
   g_state.last_args[1] = a1;
   g_state.last_args[2] = a2;
   g_state.last_args[3] = a3;
+  g_state.last_args[4] = a4;
+  g_state.last_args[5] = a5;
   if (std::strcmp(g_state.fail_symbol, symbol) == 0) {
     return static_cast<CUresult>(g_state.fail_status);
   }
@@ -141,13 +144,14 @@ CUresult CUDAAPI fake_cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice_v1 dev) {
   return CUDA_SUCCESS;
 }
 
-// Reports 1000 + the attribute number, so a test sees which attribute was asked for.
+// Reports 1000 + the attribute number, so a test sees which attribute was asked for (0 for
+// the state's zero_attribute).
 CUresult CUDAAPI fake_cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice_v1 dev) {
   if (CUresult r = enter("cuDeviceGetAttribute", 2000, u(attr), u(dev)); r != CUDA_SUCCESS) {
     return r;
   }
   if (dev < 0 || dev >= FAKECUDA_DEVICE_COUNT) return CUDA_ERROR_INVALID_DEVICE;
-  *value = 1000 + static_cast<int>(attr);
+  *value = static_cast<int>(attr) == g_state.zero_attribute ? 0 : 1000 + static_cast<int>(attr);
   return CUDA_SUCCESS;
 }
 
@@ -460,6 +464,56 @@ CUresult CUDAAPI fake_cuGraphExecDestroy(CUgraphExec x) {
   return enter("cuGraphExecDestroy", 10000, u(x));
 }
 
+// Virtual memory: each records its arguments (a structure's fields one by one) and hands
+// out made-up values: granularities 2 MiB (minimum) and 4 MiB (recommended), one fixed
+// reserved address, fresh allocation handles.
+CUresult CUDAAPI fake_cuMemGetAllocationGranularity(std::size_t* g, const CUmemAllocationProp* prop,
+                                                    CUmemAllocationGranularity_flags option) {
+  if (CUresult r = enter("cuMemGetAllocationGranularity", 10020, u(option), u(prop->type),
+                         u(prop->location.type), u(prop->location.id),
+                         u(prop->requestedHandleTypes));
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  *g = option == CU_MEM_ALLOC_GRANULARITY_RECOMMENDED ? std::size_t{4} << 20 : std::size_t{2} << 20;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_cuMemAddressReserve(CUdeviceptr_v2* p, std::size_t size, std::size_t align,
+                                          CUdeviceptr_v2 addr, unsigned long long flags) {
+  if (CUresult r = enter("cuMemAddressReserve", 10020, size, align, addr, flags); r != CUDA_SUCCESS)
+    return r;
+  *p = 0x7000'0000'0000ull;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_cuMemAddressFree(CUdeviceptr_v2 p, std::size_t size) {
+  return enter("cuMemAddressFree", 10020, p, size);
+}
+CUresult CUDAAPI fake_cuMemCreate(CUmemGenericAllocationHandle* h, std::size_t size,
+                                  const CUmemAllocationProp* prop, unsigned long long flags) {
+  if (CUresult r = enter("cuMemCreate", 10020, size, u(prop->type), u(prop->location.type),
+                         u(prop->location.id), u(prop->requestedHandleTypes), flags);
+      r != CUDA_SUCCESS) {
+    return r;
+  }
+  *h = g_next_handle.fetch_add(16);
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI fake_cuMemRelease(CUmemGenericAllocationHandle h) {
+  return enter("cuMemRelease", 10020, h);
+}
+CUresult CUDAAPI fake_cuMemMap(CUdeviceptr_v2 p, std::size_t size, std::size_t offset,
+                               CUmemGenericAllocationHandle h, unsigned long long flags) {
+  return enter("cuMemMap", 10020, p, size, offset, h, flags);
+}
+CUresult CUDAAPI fake_cuMemUnmap(CUdeviceptr_v2 p, std::size_t size) {
+  return enter("cuMemUnmap", 10020, p, size);
+}
+CUresult CUDAAPI fake_cuMemSetAccess(CUdeviceptr_v2 p, std::size_t size, const CUmemAccessDesc* desc,
+                                     std::size_t count) {
+  return enter("cuMemSetAccess", 10020, p, size, count, u(desc->location.type),
+               u(desc->location.id), u(desc->flags));
+}
+
 template <class F>
 void* as_void(F f) {
   return std::bit_cast<void*>(f);
@@ -543,6 +597,14 @@ const Entry g_entries[] = {
     {"cuGraphLaunch", 10000, as_void(&fake_cuGraphLaunch)},
     {"cuGraphDestroy", 10000, as_void(&fake_cuGraphDestroy)},
     {"cuGraphExecDestroy", 10000, as_void(&fake_cuGraphExecDestroy)},
+    {"cuMemGetAllocationGranularity", 10020, as_void(&fake_cuMemGetAllocationGranularity)},
+    {"cuMemAddressReserve", 10020, as_void(&fake_cuMemAddressReserve)},
+    {"cuMemAddressFree", 10020, as_void(&fake_cuMemAddressFree)},
+    {"cuMemCreate", 10020, as_void(&fake_cuMemCreate)},
+    {"cuMemRelease", 10020, as_void(&fake_cuMemRelease)},
+    {"cuMemMap", 10020, as_void(&fake_cuMemMap)},
+    {"cuMemUnmap", 10020, as_void(&fake_cuMemUnmap)},
+    {"cuMemSetAccess", 10020, as_void(&fake_cuMemSetAccess)},
 };
 
 }  // namespace

@@ -25,7 +25,7 @@ struct FakeCudaState {
   // The last call that reached the fake.
   char last_symbol[64] = {};
   int last_variant = 0;             // ABI version of the variant that ran (3020: _v2)
-  unsigned long long last_args[4] = {};
+  unsigned long long last_args[6] = {};
 
   // Failure injection: the entry point named fail_symbol returns fail_status.
   char fail_symbol[64] = {};
@@ -34,6 +34,7 @@ struct FakeCudaState {
   int query_status = 0;             // what cuStreamQuery and cuEventQuery return
   unsigned long long stream_id_salt = 0;  // cuStreamGetId returns handle * 7 + salt
   void* current_ctx = nullptr;      // what cuCtxGetCurrent reports
+  int zero_attribute = -1;          // a CUdevice_attribute cuDeviceGetAttribute reports as 0
 
   FakeCudaRequest requests[128] = {};
   int n_requests = 0;

@@ -39,6 +39,10 @@ enum class Break : std::uint8_t {
   unknown_attribute_is_zero,
   /// ctx_synchronize returns success at once, waiting for nothing.
   ctx_synchronize_ignored,
+  /// mem_set_access returns success and grants nothing.
+  set_access_ignored,
+  /// mem_unmap returns success and leaves the mapping (and the memory it holds) in place.
+  unmap_ignored,
 };
 
 template <Break B>
@@ -50,6 +54,7 @@ class MutantDriver {
   using stream_t = S::stream_t;
   using event_t = S::event_t;
   using mempool_t = S::mempool_t;
+  using phys_t = S::phys_t;
   static constexpr const char* kind = "sim";
 
   static result<MutantDriver*> open() noexcept {
@@ -162,6 +167,29 @@ class MutantDriver {
   }
   std::string status_name(int s) const { return d_.status_name(s); }
 
+  result<AllocationGranularity> mem_granularity(device_t dev) noexcept {
+    return d_.mem_granularity(dev);
+  }
+  result<std::uint64_t> mem_address_reserve(std::size_t n, std::size_t align) noexcept {
+    return d_.mem_address_reserve(n, align);
+  }
+  result<void> mem_address_free(std::uint64_t va, std::size_t n) noexcept {
+    return d_.mem_address_free(va, n);
+  }
+  result<phys_t> mem_create(std::size_t n, device_t dev) noexcept { return d_.mem_create(n, dev); }
+  result<void> mem_release(phys_t h) noexcept { return d_.mem_release(h); }
+  result<void> mem_map(std::uint64_t va, std::size_t n, phys_t h) noexcept {
+    return d_.mem_map(va, n, h);
+  }
+  result<void> mem_unmap(std::uint64_t va, std::size_t n) noexcept {
+    if constexpr (B == Break::unmap_ignored) return ok();
+    return d_.mem_unmap(va, n);
+  }
+  result<void> mem_set_access(std::uint64_t va, std::size_t n, device_t dev) noexcept {
+    if constexpr (B == Break::set_access_ignored) return ok();
+    return d_.mem_set_access(va, n, dev);
+  }
+
  private:
   explicit MutantDriver(SimDriver& d) noexcept : d_(d) {}
 
@@ -181,5 +209,6 @@ class MutantDriver {
 };
 
 static_assert(Driver<MutantDriver<Break::none>>);
+static_assert(VirtualMemoryDriver<MutantDriver<Break::none>>);
 
 }  // namespace xlogrt::drvtest

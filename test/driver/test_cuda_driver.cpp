@@ -202,6 +202,11 @@ TEST_CASE("every entry point is resolved at the version of its ABI, legacy strea
       {"cuStreamEndCapture", 10000},      {"cuGraphInstantiateWithFlags", 11040},
       {"cuGraphLaunch", 10000},           {"cuGraphDestroy", 10000},
       {"cuGraphExecDestroy", 10000},
+      // Virtual memory, optional (each has had one ABI, CUDA 10.2's).
+      {"cuMemGetAllocationGranularity", 10020}, {"cuMemAddressReserve", 10020},
+      {"cuMemAddressFree", 10020},        {"cuMemCreate", 10020},
+      {"cuMemRelease", 10020},            {"cuMemMap", 10020},
+      {"cuMemUnmap", 10020},              {"cuMemSetAccess", 10020},
   };
   REQUIRE(st.n_requests == static_cast<int>(expected.size()));
   std::map<std::string, int> seen;
@@ -499,6 +504,136 @@ TEST_CASE("the capture members call their entry points with the documented argum
   REQUIRE(d.stream_destroy(*s));
 }
 
+TEST_CASE("the virtual memory members call their entry points with the documented arguments",
+          "[.][wrappers]") {
+  CudaDriver& d = ok_driver();
+  FakeCudaState& st = ok_state();
+  static_assert(VirtualMemoryDriver<CudaDriver>);
+  long before = 0;
+  auto mark = [&] { before = st.calls.load(); };
+  auto last_call = [&](const char* symbol, long calls) {
+    CHECK(st.calls.load() - before == calls);
+    CHECK(last_symbol() == symbol);
+    CHECK(st.last_variant == 10020);
+  };
+  auto args = [&](std::initializer_list<unsigned long long> want) {
+    std::size_t i = 0;
+    for (unsigned long long w : want) {
+      INFO("argument " << i);
+      CHECK(st.last_args[i++] == w);
+    }
+  };
+
+  // The support attribute first, then the minimum and the recommended granularity of
+  // pinned memory on the device, with no shareable handle type.
+  mark();
+  auto g = d.mem_granularity(0);
+  REQUIRE(g);
+  CHECK(g->minimum == std::size_t{2} << 20);
+  CHECK(g->recommended == std::size_t{4} << 20);
+  last_call("cuMemGetAllocationGranularity", 3);
+  args({CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, CU_MEM_ALLOCATION_TYPE_PINNED,
+        CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_HANDLE_TYPE_NONE});
+
+  mark();
+  auto va = d.mem_address_reserve(std::size_t{64} << 20, std::size_t{1} << 30);
+  REQUIRE(va);
+  CHECK(*va == 0x7000'0000'0000ull);
+  last_call("cuMemAddressReserve", 1);
+  args({std::uint64_t{64} << 20, std::uint64_t{1} << 30, 0, 0});  // no fixed address, flags 0
+
+  mark();
+  auto h = d.mem_create(std::size_t{2} << 20, 0);
+  REQUIRE(h);
+  last_call("cuMemCreate", 1);
+  args({std::uint64_t{2} << 20, CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, 0,
+        CU_MEM_HANDLE_TYPE_NONE, 0});
+
+  mark();
+  REQUIRE(d.mem_map(*va + (std::uint64_t{2} << 20), std::size_t{2} << 20, *h));
+  last_call("cuMemMap", 1);
+  args({*va + (std::uint64_t{2} << 20), std::uint64_t{2} << 20, 0, *h, 0});  // offset 0, flags 0
+
+  mark();
+  REQUIRE(d.mem_set_access(*va, std::size_t{4} << 20, 0));
+  last_call("cuMemSetAccess", 1);
+  args({*va, std::uint64_t{4} << 20, 1, CU_MEM_LOCATION_TYPE_DEVICE, 0,
+        CU_MEM_ACCESS_FLAGS_PROT_READWRITE});
+
+  mark();
+  REQUIRE(d.mem_unmap(*va, std::size_t{2} << 20));
+  last_call("cuMemUnmap", 1);
+  args({*va, std::uint64_t{2} << 20});
+
+  mark();
+  REQUIRE(d.mem_release(*h));
+  last_call("cuMemRelease", 1);
+  args({*h});
+
+  mark();
+  REQUIRE(d.mem_address_free(*va, std::size_t{64} << 20));
+  last_call("cuMemAddressFree", 1);
+  args({*va, std::uint64_t{64} << 20});
+
+  // A device without virtual memory management is named, and not asked for granularity.
+  st.zero_attribute = CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED;
+  mark();
+  auto none = d.mem_granularity(0);
+  st.zero_attribute = -1;
+  REQUIRE_FALSE(none);
+  CHECK(st.calls.load() - before == 1);
+  CHECK(last_symbol() == "cuDeviceGetAttribute");
+  args({CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0});
+  CHECK(none.error().code() == errc::driver_error);
+  CHECK(none.error().driver_status() == CUDA_ERROR_NOT_SUPPORTED);
+  CHECK_THAT(none.error().message(),
+             Contains("CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0"));
+}
+
+TEST_CASE("a driver without the virtual memory calls opens, and those members say so",
+          "[.][novmm]") {
+  const std::string lib = fake_path("FAKECUDA_NOVMM");
+  ::setenv("XLOGRT_LIBCUDA", lib.c_str(), 1);
+  auto opened = CudaDriver::open();
+  REQUIRE(opened);
+  CudaDriver& d = **opened;
+  FakeCudaState& st = *state_of(lib);
+  // The group is all or nothing: the fake lacks cuMemMap alone, and every member refuses.
+  const detail::CudaApi& api = d.api();
+  CHECK(api.cuMemCreate_ == nullptr);
+  CHECK(api.cuMemMap_ == nullptr);
+  CHECK(api.cuMemSetAccess_ == nullptr);
+  const std::vector<std::pair<std::string, std::function<std::optional<error>()>>> calls = {
+      {"cuMemGetAllocationGranularity", [&] { return error_of(d.mem_granularity(0)); }},
+      {"cuMemAddressReserve", [&] { return error_of(d.mem_address_reserve(4096, 0)); }},
+      {"cuMemAddressFree", [&] { return error_of(d.mem_address_free(1, 4096)); }},
+      {"cuMemCreate", [&] { return error_of(d.mem_create(4096, 0)); }},
+      {"cuMemRelease", [&] { return error_of(d.mem_release(1)); }},
+      {"cuMemMap", [&] { return error_of(d.mem_map(1, 4096, 1)); }},
+      {"cuMemUnmap", [&] { return error_of(d.mem_unmap(1, 4096)); }},
+      {"cuMemSetAccess", [&] { return error_of(d.mem_set_access(1, 4096, 0)); }},
+  };
+  for (const auto& [symbol, call] : calls) {
+    INFO(symbol);
+    const long before = st.calls.load();
+    auto err = call();
+    REQUIRE(err.has_value());
+    CHECK(st.calls.load() == before);  // libcuda was not called
+    CHECK(err->code() == errc::driver_too_old);
+    CHECK(err->driver_status() == 0);
+    CHECK_THAT(err->message(), Contains(symbol + " was not called"));
+    CHECK_THAT(err->message(), Contains("lacks cuMemMap (CUDA 10.2 ABI, not found)"));
+    CHECK_THAT(err->message(), Contains(lib));
+  }
+  // Everything else works.
+  auto n = d.device_count();
+  REQUIRE(n);
+  CHECK(*n == 1);
+  auto s = d.stream_create();
+  REQUIRE(s);
+  CHECK(d.stream_destroy(*s));
+}
+
 TEST_CASE("memory, copies, fills, flag writes and host functions go through in order",
           "[.][wrappers]") {
   CudaDriver& d = ok_driver();
@@ -641,6 +776,14 @@ TEST_CASE("every member reports a failed call by name, with the driver's status 
       {"cuGraphLaunch", [&] { return error_of(d.graph_launch(nullptr, s)); }},
       {"cuGraphDestroy", [&] { return error_of(d.graph_destroy(nullptr)); }},
       {"cuGraphExecDestroy", [&] { return error_of(d.graph_exec_destroy(nullptr)); }},
+      {"cuMemGetAllocationGranularity", [&] { return error_of(d.mem_granularity(0)); }},
+      {"cuMemAddressReserve", [&] { return error_of(d.mem_address_reserve(4096, 0)); }},
+      {"cuMemAddressFree", [&] { return error_of(d.mem_address_free(1, 4096)); }},
+      {"cuMemCreate", [&] { return error_of(d.mem_create(4096, 0)); }},
+      {"cuMemRelease", [&] { return error_of(d.mem_release(1)); }},
+      {"cuMemMap", [&] { return error_of(d.mem_map(1, 4096, 1)); }},
+      {"cuMemUnmap", [&] { return error_of(d.mem_unmap(1, 4096)); }},
+      {"cuMemSetAccess", [&] { return error_of(d.mem_set_access(1, 4096, 0)); }},
   };
   for (const auto& [symbol, call] : calls) {
     INFO(symbol);

@@ -84,3 +84,14 @@ TEST_CASE("mutant: a ctx_synchronize that waits for nothing is caught", "[driver
   require_caught<B>(&ctx_synchronize_waits_for_every_stream<MutantDriver<B>>,
                     "ctx_synchronize returned before a destroyed stream's work ran");
 }
+
+TEST_CASE("mutant: a mem_set_access that grants nothing is caught", "[driver][mutant][vmm]") {
+  constexpr Break B = Break::set_access_ignored;
+  require_caught<B>(&vmm_stitched_round_trip<MutantDriver<B>>, "CUDA_ERROR_ILLEGAL_ADDRESS");
+}
+
+TEST_CASE("mutant: a mem_unmap that keeps the mapping is caught", "[driver][mutant][vmm]") {
+  constexpr Break B = Break::unmap_ignored;
+  require_caught<B>(&vmm_mem_info_follows_physical_memory<MutantDriver<B>>,
+                    "did not rise after the last unmap");
+}

@@ -32,6 +32,13 @@
 // allocation and free, device-wide synchronisation) fail and invalidate the capture
 // unless the calling thread's mode allows them; see cuStreamBeginCapture and
 // cuThreadExchangeStreamCaptureMode.
+//
+// Virtual memory. VirtualMemoryDriver, a second refinement, adds what a resource that
+// maps physical memory into address ranges of its own needs (the CUDA driver API's
+// virtual memory management): reserving and freeing address ranges, creating and
+// releasing physical allocations of a device, mapping and unmapping them, and granting a
+// device access to what is mapped. The base Driver concept does not ask for it, so a
+// driver without it still runs every other layer.
 
 #include <concepts>
 #include <cstddef>
@@ -170,6 +177,61 @@ concept CapturingDriver =
       { d.graph_launch(x, s) } -> std::same_as<result<void>>;
       { d.graph_destroy(g) } -> std::same_as<result<void>>;
       { d.graph_exec_destroy(x) } -> std::same_as<result<void>>;
+    };
+
+/// The allocation granularity of a device's pinned memory (cuMemGetAllocationGranularity):
+/// `minimum` is what sizes, addresses and offsets of physical allocations and mappings must
+/// be multiples of; `recommended`, a multiple of it, is the size the driver advises for best
+/// performance.
+struct AllocationGranularity {
+  std::size_t minimum = 0;
+  std::size_t recommended = 0;
+};
+
+/// A Driver that also manages virtual memory: address ranges reserved apart from any
+/// memory, physical allocations of a device, and mappings of the one into the other. What
+/// a caller may rely on (the CUDA driver API's rules, which SimDriver enforces with the
+/// same statuses):
+/// - a physical allocation is `phys_t`, a trivially copyable handle (value-initialised:
+///   none); its size is a multiple of the device's minimum granularity, and it holds
+///   device memory from mem_create to the later of mem_release and the unmapping of its
+///   last mapping (mem_get_info's free memory falls and rises accordingly);
+/// - a mapping places the start of one physical allocation at a reserved address: the
+///   address and size are multiples of the minimum granularity, the size is at most the
+///   allocation's, the range lies in one reservation and is not mapped already. It is
+///   not accessible until mem_set_access grants a device access, and a kernel or copy
+///   that touches it before then faults (CUDA_ERROR_ILLEGAL_ADDRESS: on a GPU the whole
+///   context, SimDriver faults the stream);
+/// - mem_unmap takes one whole mapping (never part of one), and does not wait for work
+///   that still uses it: the caller orders the unmap after that work (synchronising the
+///   streams that touched the range), as it orders a free. The range is a reservation
+///   again, and a new mapping there needs access granted again;
+/// - mem_address_free takes a whole reservation, as reserved, once nothing is mapped in it.
+/// Every member follows the Driver contract (noexcept, errors from status::driver_failure).
+template <class D>
+concept VirtualMemoryDriver =
+    Driver<D> && requires(D& d, typename D::device_t dev, typename D::phys_t h,
+                          std::uint64_t va, std::size_t n) {
+      typename D::phys_t;
+      requires std::is_trivially_copyable_v<typename D::phys_t>;
+      // cuMemGetAllocationGranularity (minimum and recommended) for pinned memory of `dev`.
+      { d.mem_granularity(dev) } -> std::same_as<result<AllocationGranularity>>;
+      // cuMemAddressReserve(size n, alignment n (0: the driver's default), no fixed address):
+      // the start of a new range of n bytes, which no allocation or other range overlaps.
+      { d.mem_address_reserve(n, n) } -> std::same_as<result<std::uint64_t>>;
+      // cuMemAddressFree(start, size), both as reserved.
+      { d.mem_address_free(va, n) } -> std::same_as<result<void>>;
+      // cuMemCreate: n bytes of pinned memory of `dev`, mapped nowhere yet.
+      { d.mem_create(n, dev) } -> std::same_as<result<typename D::phys_t>>;
+      // cuMemRelease: the handle is gone at once; the memory once no mapping holds it.
+      { d.mem_release(h) } -> std::same_as<result<void>>;
+      // cuMemMap(va, n, offset 0, h): the first n bytes of h at [va, va + n). (No offset
+      // parameter: the driver API documents that cuMemMap's must currently be zero.)
+      { d.mem_map(va, n, h) } -> std::same_as<result<void>>;
+      // cuMemUnmap(va, n): one whole mapping.
+      { d.mem_unmap(va, n) } -> std::same_as<result<void>>;
+      // cuMemSetAccess: read-write access for `dev` to [va, va + n), whole mappings only.
+      { d.mem_set_access(va, n, dev) } -> std::same_as<result<void>>;
     };
 
 }  // namespace xlogrt

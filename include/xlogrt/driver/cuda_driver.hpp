@@ -12,7 +12,9 @@
 //   errc::no_driver       no libcuda (or not a working one)
 //   errc::driver_too_old  libcuda older than CUDA 12.0, or lacking an entry point
 //   errc::no_device       the driver works but sees no GPU
-// each with a sentence saying what to do.
+// each with a sentence saying what to do. The virtual memory calls (VirtualMemoryDriver)
+// are optional: a driver that lacks one of them still opens, and those members then fail
+// with errc::driver_too_old naming what is missing (detail/cuda_api.hpp).
 //
 // Cost. Each wrapper is one load of the exit flag, one indirect call through the table
 // and one test of the status; the error (and its message) is built out of line, only
@@ -66,6 +68,7 @@ class alignas(64) CudaDriver {
   using mempool_t = CUmemoryPool;
   using graph_t = CUgraph;
   using graph_exec_t = CUgraphExec;
+  using phys_t = CUmemGenericAllocationHandle;
 
   static constexpr const char* kind = "cuda";
 
@@ -260,6 +263,56 @@ class alignas(64) CudaDriver {
     return call("cuMemFreeHost", api_.cuMemFreeHost_, host);
   }
 
+  // --- Virtual memory (VirtualMemoryDriver) ------------------------------------------------
+  //
+  // Each fails with errc::driver_too_old, calling nothing, when the loaded driver lacks
+  // one of the virtual memory entry points (see the file comment). Physical memory is
+  // pinned device memory of one device, with no shareable handle type.
+
+  /// cuMemGetAllocationGranularity, minimum and recommended, for pinned memory of `dev`
+  /// (2 MiB each on an H200). A device that does not support virtual memory management
+  /// (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED 0, read first) fails with
+  /// status::not_supported (errc::driver_error), so this is the call to probe with.
+  result<AllocationGranularity> mem_granularity(CUdevice dev) const noexcept;
+
+  /// cuMemAddressReserve(bytes, alignment, no fixed address, flags 0): a new range of
+  /// device addresses, backed by nothing. `bytes` is a multiple of the host page size;
+  /// `alignment` a power of two, or 0 for the driver's default.
+  result<std::uint64_t> mem_address_reserve(std::size_t bytes,
+                                            std::size_t alignment) const noexcept;
+
+  /// cuMemAddressFree: a whole range, as mem_address_reserve returned it.
+  result<void> mem_address_free(std::uint64_t va, std::size_t bytes) const noexcept {
+    return optional_call("cuMemAddressFree", api_.cuMemAddressFree_, CUdeviceptr{va}, bytes);
+  }
+
+  /// cuMemCreate (CU_MEM_ALLOCATION_TYPE_PINNED on `dev`, flags 0): `bytes`, a multiple of
+  /// the minimum granularity, of device memory, mapped nowhere yet.
+  result<CUmemGenericAllocationHandle> mem_create(std::size_t bytes, CUdevice dev) const noexcept;
+
+  /// cuMemRelease: the handle is gone; the memory goes back once no mapping holds it.
+  result<void> mem_release(CUmemGenericAllocationHandle h) const noexcept {
+    return optional_call("cuMemRelease", api_.cuMemRelease_, h);
+  }
+
+  /// cuMemMap(va, bytes, offset 0, h, flags 0): the first `bytes` of `h` at a reserved,
+  /// unmapped [va, va + bytes). Not accessible until mem_set_access.
+  result<void> mem_map(std::uint64_t va, std::size_t bytes,
+                       CUmemGenericAllocationHandle h) const noexcept {
+    return optional_call("cuMemMap", api_.cuMemMap_, CUdeviceptr{va}, bytes, std::size_t{0}, h,
+                         0ull);
+  }
+
+  /// cuMemUnmap: one whole mapping. Order it after the work that uses the range (the
+  /// driver documents it as synchronous only "for most use cases").
+  result<void> mem_unmap(std::uint64_t va, std::size_t bytes) const noexcept {
+    return optional_call("cuMemUnmap", api_.cuMemUnmap_, CUdeviceptr{va}, bytes);
+  }
+
+  /// cuMemSetAccess with one descriptor: read-write access for `dev` to the mappings that
+  /// make up [va, va + bytes).
+  result<void> mem_set_access(std::uint64_t va, std::size_t bytes, CUdevice dev) const noexcept;
+
   // --- Stream-ordered copies, fills, flag writes and host callbacks ---------------------
 
   /// cuMemsetD8Async.
@@ -360,7 +413,10 @@ class alignas(64) CudaDriver {
   // declaration here (GCC wants the keyword beside the attribute).
 
   explicit CudaDriver(detail::LoadedCuda&& loaded) noexcept
-      : api_(loaded.api), library_(std::move(loaded.library)), version_(loaded.version) {}
+      : api_(loaded.api),
+        library_(std::move(loaded.library)),
+        optional_missing_(std::move(loaded.optional_missing)),
+        version_(loaded.version) {}
 
   /// detail::process_exiting(), from a copy of the flag in this object's first cache line,
   /// beside the hot entries of the table: the global flag was one more line for every
@@ -373,9 +429,16 @@ class alignas(64) CudaDriver {
   template <class Fn, class... Args>
   result<void> call(const char* name, Fn fn, Args... args) const noexcept;
 
+  // The same for an optional entry (cuda_api.hpp): unavailable() when it is null.
+  template <class Fn, class... Args>
+  result<void> optional_call(const char* name, Fn fn, Args... args) const noexcept;
+
   [[gnu::cold, gnu::noinline]] inline xlogrt::error failure(CUresult s, const char* fn_name) const;
 
   [[gnu::cold, gnu::noinline]] static inline xlogrt::error exiting(const char* fn_name);
+
+  // An optional entry the loaded driver lacks: errc::driver_too_old, naming what is missing.
+  [[gnu::cold, gnu::noinline]] inline xlogrt::error unavailable(const char* fn_name) const;
 
   [[gnu::noinline]] static inline result<CudaDriver*> open_slow() noexcept;
 
@@ -384,6 +447,7 @@ class alignas(64) CudaDriver {
   std::atomic<bool> exiting_{false};
   detail::CudaApi api_;
   std::string library_;
+  std::string optional_missing_;  // LoadedCuda::optional_missing
   int version_;
 
   static inline std::atomic<CudaDriver*> instance_{nullptr};
@@ -392,6 +456,7 @@ class alignas(64) CudaDriver {
 
 static_assert(Driver<CudaDriver>);
 static_assert(CapturingDriver<CudaDriver>);
+static_assert(VirtualMemoryDriver<CudaDriver>);
 
 }  // namespace xlogrt
 

@@ -58,6 +58,17 @@ struct SimConfig {
   /// every block, and are most of what such a run costs). The checker's verdicts do not
   /// depend on it.
   bool fill_memory = true;
+  /// The virtual memory calls (VirtualMemoryDriver). false: each fails with
+  /// CUDA_ERROR_NOT_SUPPORTED, as on a device without virtual memory management.
+  bool virtual_memory_supported = true;
+  /// mem_granularity's minimum: what physical allocations, mappings and reservations are
+  /// multiples of. A power of two, a multiple of the host page size, at most 1 GiB.
+  std::size_t vmm_granularity = std::size_t{2} << 20;
+  /// mem_granularity's recommended: a multiple of vmm_granularity.
+  std::size_t vmm_recommended_granularity = std::size_t{2} << 20;
+  /// The address space mem_address_reserve hands out ranges of, for all devices; reserved
+  /// (unbacked) on the first reservation, so a run that reserves nothing pays nothing.
+  std::size_t vmm_address_bytes = std::size_t{16} << 30;
   int compute_capability_major = 9;
   int compute_capability_minor = 0;
   int multiprocessor_count = 132;

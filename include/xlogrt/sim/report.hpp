@@ -97,6 +97,9 @@ struct SimMemoryStats {
   std::size_t peak_allocated = 0;
   std::size_t live_blocks = 0;
   std::size_t graph_reserved = 0;  ///< held by graph allocation nodes while their graph lives
+  /// held by physical allocations (mem_create) until released and unmapped, in bytes
+  /// (multiples of SimConfig::vmm_granularity)
+  std::size_t physical = 0;
 };
 
 /// What SimDriver has seen of stream capture since it was built (capture_stats()). The

@@ -31,7 +31,8 @@
 // - sim_enqueue.hpp: the enqueue path and the checks made at enqueue;
 // - sim_executor.hpp: the executor, waits, device drain and reset, the worker threads;
 // - sim_entry_devices.hpp, sim_entry_streams.hpp, sim_entry_memory.hpp,
-//   sim_entry_capture.hpp: the Driver and CapturingDriver entry points;
+//   sim_entry_capture.hpp, sim_entry_vmm.hpp: the Driver, CapturingDriver and
+//   VirtualMemoryDriver entry points;
 // - sim_entry_controls.hpp: the simulator controls.
 // The parts it composes have a header each:
 // - sim/config.hpp and sim/report.hpp: what a test hands in and gets back;
@@ -39,6 +40,7 @@
 // - sim/detail/fault_injector.hpp: call counts and injected failures;
 // - sim/detail/device_memory.hpp: a device's arena, blocks, pending frees, quarantine;
 // - sim/detail/host_window.hpp: mapped host memory and its device addresses;
+// - sim/detail/virtual_memory.hpp: reservations, physical allocations, their mappings;
 // - sim/detail/scheduler.hpp: which ready stream advances next;
 // - sim/detail/capture.hpp: capture sequences, recorded nodes and graphs;
 // - sim/detail/objects.hpp, clock.hpp, memory.hpp, shadow.hpp: the objects behind the
@@ -80,6 +82,7 @@
 #include "xlogrt/sim/detail/memory.hpp"
 #include "xlogrt/sim/detail/objects.hpp"
 #include "xlogrt/sim/detail/scheduler.hpp"
+#include "xlogrt/sim/detail/virtual_memory.hpp"
 #include "xlogrt/sim/report.hpp"
 
 namespace xlogrt {
@@ -133,6 +136,31 @@ namespace xlogrt {
 /// capturing streams (every stream here is non-blocking, so there is none), and launching
 /// a graph into a capturing stream (refused with NOT_SUPPORTED).
 ///
+/// Virtual memory (VirtualMemoryDriver). Reservations come from a window of
+/// SimConfig::vmm_address_bytes, aligned to the granularity (SimConfig::vmm_granularity,
+/// 2 MiB by default, which mem_granularity reports). A physical allocation is counted
+/// against its device's memory from mem_create until it is released and unmapped, so
+/// mem_get_info's free memory falls and rises with it, and the pool allocations share the
+/// remainder. Physical allocations mapped side by side read as one contiguous range, and one
+/// mapped twice shows the same bytes at both places. The CUDA rules are enforced with
+/// CUDA_ERROR_INVALID_VALUE: sizes and addresses multiples of the granularity (a
+/// reservation's size, of the host page size; its alignment a power of two), a mapping
+/// inside one reservation, over nothing mapped, at most as large as its allocation (from
+/// whose start it maps); unmapping one whole mapping; setting access on whole mappings with no gap;
+/// freeing a whole reservation, as reserved; a released handle is dead (release while
+/// mapped is legal: the memory goes when the last mapping does). Where the documentation
+/// is silent the simulator refuses: freeing a reservation that still has mappings, and
+/// unmapping several mappings in one call. Access is what the checker sees: mem_set_access
+/// makes a mapping live for it (a host operation every later enqueue is ordered after),
+/// mem_unmap of an accessible mapping frees it there without waiting for the streams, so
+/// an unmap not ordered after the work that touched the range is a free_race (CUDA calls
+/// cuMemUnmap synchronous only "for most use cases"), and an access to a mapping without
+/// access is unallocated (use_after_free after an earlier unmap). When it runs, an
+/// operation whose stream's device has no access to every byte it touches faults its
+/// stream with CUDA_ERROR_ILLEGAL_ADDRESS; host_view needs the bytes mapped only. Not
+/// modelled: the calls during a stream capture (they are not refused), peer access rules
+/// (any device may be granted access to any device's memory), shareable handles.
+///
 /// Thread-safe. One mutex guards the whole simulated machine (the checker needs one
 /// consistent view of every stream's clock); it is released while a host function or
 /// a kernel body runs, and those may call the driver. A host function must not
@@ -147,6 +175,7 @@ class SimDriver {
   using mempool_t = detail::sim::Pool*;
   using graph_t = detail::sim::Graph*;
   using graph_exec_t = detail::sim::GraphExec*;
+  using phys_t = detail::sim::PhysHandle;
 
   static constexpr const char* kind = "sim";
   /// Allocation sizes and alignment, as cudaMalloc's.
@@ -182,8 +211,8 @@ class SimDriver {
   result<void> primary_ctx_release(device_t dev) noexcept;
   /// A null context makes none current.
   result<void> ctx_make_current(context_t ctx) noexcept;
-  /// free = total minus allocated, pending-free and graph-reserved bytes of the current
-  /// device.
+  /// free = total minus allocated, pending-free, graph-reserved and physical (mem_create)
+  /// bytes of the current device.
   result<MemInfo> mem_get_info() noexcept;
 
   result<stream_t> stream_create() noexcept;
@@ -264,6 +293,18 @@ class SimDriver {
   result<void> graph_destroy(graph_t g) noexcept;
   result<void> graph_exec_destroy(graph_exec_t x) noexcept;
 
+  // --- VirtualMemoryDriver concept (see "Virtual memory" above) ---------------------------
+
+  result<AllocationGranularity> mem_granularity(device_t dev) noexcept;
+  result<std::uint64_t> mem_address_reserve(std::size_t bytes, std::size_t alignment) noexcept;
+  result<void> mem_address_free(std::uint64_t va, std::size_t bytes) noexcept;
+  /// Fresh memory holds SimConfig::uninit_byte (when fill_memory).
+  result<phys_t> mem_create(std::size_t bytes, device_t dev) noexcept;
+  result<void> mem_release(phys_t h) noexcept;
+  result<void> mem_map(std::uint64_t va, std::size_t bytes, phys_t h) noexcept;
+  result<void> mem_unmap(std::uint64_t va, std::size_t bytes) noexcept;
+  result<void> mem_set_access(std::uint64_t va, std::size_t bytes, device_t dev) noexcept;
+
   std::string status_name(int s) const;
 
   // --- Simulator controls --------------------------------------------------------------
@@ -321,14 +362,16 @@ class SimDriver {
   result<SimMemoryStats> memory_stats(device_t dev) const noexcept;
   /// What the driver has seen of stream capture (graph memory nodes among it).
   SimCaptureStats capture_stats() const noexcept;
-  /// Bytes the device cannot hand to an unrelated allocation: allocated, pending frees
-  /// and graph reservations (the quarantine is excluded: it empties under pressure).
+  /// Bytes the device cannot hand to an unrelated allocation: allocated, pending frees,
+  /// graph reservations and physical allocations (the quarantine is excluded: it empties
+  /// under pressure).
   result<std::size_t> bytes_reserved(device_t dev) const noexcept;
   result<std::uint64_t> release_threshold(mempool_t pool) const noexcept;
   /// The id reports use for `s` (a null handle: the current context's legacy stream).
   result<std::uint32_t> stream_id(stream_t s) const noexcept;
-  /// The simulated bytes behind [ptr, ptr + bytes) of device or mapped host memory,
-  /// for tests: bypasses stream order and the checker.
+  /// The simulated bytes behind [ptr, ptr + bytes) of device or mapped host memory, or
+  /// of virtual memory mapped without a gap (access or not), for tests: bypasses stream
+  /// order and the checker.
   result<std::span<std::byte>> host_view(std::uint64_t ptr, std::size_t bytes) noexcept;
 
   const SimConfig& config() const noexcept { return cfg_; }
@@ -367,7 +410,11 @@ class SimDriver {
   error fault_error(Call c, const Stream& s) const;
   bool owns_pool(mempool_t p) const noexcept;
   Device* device_of(std::uint64_t addr) const noexcept;
-  std::byte* translate_locked(std::uint64_t addr, std::uint64_t bytes) const noexcept;
+  // `accessor` >= 0: the device whose stream touches the bytes, which needs access to
+  // virtual memory there; -1: the bytes need only be mapped.
+  std::byte* translate_locked(std::uint64_t addr, std::uint64_t bytes,
+                              int accessor = -1) const noexcept;
+  int ordinal_of(std::uint64_t addr) const noexcept;
 
   void join_host_locked(Stream& s);
   OpRef begin_op_locked(Stream& s, OpKind k, Access a, std::uint32_t label = 0);
@@ -398,6 +445,9 @@ class SimDriver {
 
   error oom_locked(Call c, const Device& dev, std::uint64_t bytes) const;
 
+  std::optional<error> vmm_enter_locked(Call c);
+  void free_physical_locked(std::uint64_t id);
+
   bool propagate_faults_locked();
   Stream* pick_locked(const Needed* needed, bool& changed);
   void run_head_locked(Stream& s, Lock& lk);
@@ -408,17 +458,19 @@ class SimDriver {
   bool idle_locked() const noexcept;
   void worker() noexcept;
 
-  // mu_ guards every member below, the components (host_, sched_, checker_, faults_,
+  // mu_ guards every member below, the components (host_, vm_, sched_, checker_, faults_,
   // each device's memory) included, except what the constructor sets and nothing
-  // changes afterwards: cfg_, serial_, memory_bytes_, stride_, init_error_, the
-  // reservation_ mapping, and workers_ (joined by the destructor).
+  // changes afterwards: cfg_, serial_, memory_bytes_, stride_, init_error_, page_bytes_,
+  // the reservation_ mapping, and workers_ (joined by the destructor).
   SimConfig cfg_;
   std::uint64_t serial_;
   std::uint64_t memory_bytes_ = 0;  // per device, rounded
   std::uint64_t stride_ = 0;        // device windows' spacing in the reservation
   std::optional<error> init_error_;
+  std::uint64_t page_bytes_ = 4096;  // the host's page size
   detail::sim::Mapping reservation_;
   detail::sim::HostWindow host_;  // mapped host memory, above the device windows
+  detail::sim::VirtualMemory vm_;  // the virtual memory calls' ranges, mappings, bytes
   std::vector<std::unique_ptr<Device>> devices_;
   std::vector<std::unique_ptr<Stream>> streams_;  // index = stream id; [0] is the host
   std::uint64_t next_reused_id_ = std::uint64_t{1} << 32;  // stream_get_id of a reused handle
@@ -446,6 +498,7 @@ class SimDriver {
 
 static_assert(Driver<SimDriver>);
 static_assert(CapturingDriver<SimDriver>);
+static_assert(VirtualMemoryDriver<SimDriver>);
 
 }  // namespace xlogrt
 
@@ -457,4 +510,5 @@ static_assert(CapturingDriver<SimDriver>);
 #include "xlogrt/sim/detail/sim_entry_streams.hpp"
 #include "xlogrt/sim/detail/sim_entry_memory.hpp"
 #include "xlogrt/sim/detail/sim_entry_capture.hpp"
+#include "xlogrt/sim/detail/sim_entry_vmm.hpp"
 #include "xlogrt/sim/detail/sim_entry_controls.hpp"

@@ -32,6 +32,13 @@
 // Every version asked for is at most 12000, the oldest driver CudaDriver accepts, so a
 // driver that passes the version check can answer every request.
 //
+// Optional entries. The rows of XLOGRT_CUDA_API_OPTIONAL_ENTRIES (the virtual memory
+// calls, at 10020: each has had one ABI since CUDA 10.2) are resolved the same way, but a
+// driver that lacks one of them still opens: the loader leaves the whole group null and
+// says which were missing (LoadedCuda::optional_missing), and CudaDriver's virtual memory
+// members fail with errc::driver_too_old naming them, without calling libcuda. The group
+// is all or nothing, so that a member never finds half of what it needs.
+//
 // Default stream. Every entry is requested with CU_GET_PROC_ADDRESS_LEGACY_STREAM, never
 // the per-thread (_ptsz / _ptds) variants: the table is process-wide and shared by every
 // translation unit, so it cannot follow a per-TU macro such as
@@ -106,6 +113,18 @@ namespace xlogrt::detail {
   X(cuGraphLaunch, 10000)              \
   X(cuGraphDestroy, 10000)             \
   X(cuGraphExecDestroy, 10000)
+
+/// Entry points CudaDriver can do without (see "Optional entries" above): the virtual
+/// memory management calls. Same shape as XLOGRT_CUDA_API_ENTRIES.
+#define XLOGRT_CUDA_API_OPTIONAL_ENTRIES(X) \
+  X(cuMemGetAllocationGranularity, 10020)   \
+  X(cuMemAddressReserve, 10020)             \
+  X(cuMemAddressFree, 10020)                \
+  X(cuMemCreate, 10020)                     \
+  X(cuMemRelease, 10020)                    \
+  X(cuMemMap, 10020)                        \
+  X(cuMemUnmap, 10020)                      \
+  X(cuMemSetAccess, 10020)
 // clang-format on
 
 /// The raw libcuda function table. Filled once by load_cuda_driver() and immutable
@@ -119,6 +138,8 @@ struct CudaApi {
   // Entries resolved through cuGetProcAddress, one per XLOGRT_CUDA_API_ENTRIES row.
 #define XLOGRT_CUDA_API_MEMBER(sym, ver) PFN_##sym##_v##ver sym##_ = nullptr;
   XLOGRT_CUDA_API_ENTRIES(XLOGRT_CUDA_API_MEMBER)
+  // Optional entries: all null when the driver lacks any of them.
+  XLOGRT_CUDA_API_OPTIONAL_ENTRIES(XLOGRT_CUDA_API_MEMBER)
 #undef XLOGRT_CUDA_API_MEMBER
 };
 

@@ -3,8 +3,8 @@
 
 // CudaDriver's members defined out of line (driver/cuda_driver.hpp): open and its slow
 // path (the load, the leaked instance, the exit flag), the wrappers whose driver call has
-// an output or a status other than success to read, and the helpers every wrapper uses
-// (call, failure, exiting, to_cu). The one-line wrappers stay in the class. The function
+// an output or a status other than success to read, or a structure to fill, and the
+// helpers every wrapper uses (call, optional_call, failure, exiting, unavailable, to_cu). The one-line wrappers stay in the class. The function
 // table they call through is detail/cuda_api.hpp; its loading, detail/cuda_loader.hpp.
 //
 // Out-of-line definitions: driver/cuda_driver.hpp includes this header at its end, after
@@ -290,6 +290,84 @@ inline result<std::uint64_t> CudaDriver::mem_host_device_pointer(void* host) con
   return std::uint64_t{p};
 }
 
+inline result<AllocationGranularity> CudaDriver::mem_granularity(CUdevice dev) const noexcept {
+  constexpr const char* name = "cuMemGetAllocationGranularity";
+  if (exiting_now()) [[unlikely]] return exiting(name);
+  if (api_.cuMemGetAllocationGranularity_ == nullptr) [[unlikely]] return unavailable(name);
+  int supported = 0;
+  if (const CUresult s = api_.cuDeviceGetAttribute_(
+          &supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+      s != CUDA_SUCCESS) [[unlikely]] {
+    return failure(s, "cuDeviceGetAttribute");
+  }
+  if (supported == 0) {
+    return xlogrt::error{errc::driver_error,
+                         std::string(name) + " was not called: device " + std::to_string(dev) +
+                             " does not support virtual memory management "
+                             "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0); "
+                             "use a resource over memory pools (AsyncCuda) on it",
+                         status::not_supported};
+  }
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = static_cast<int>(dev);
+  AllocationGranularity g;
+  const std::pair<CUmemAllocationGranularity_flags, std::size_t*> rows[] = {
+      {CU_MEM_ALLOC_GRANULARITY_MINIMUM, &g.minimum},
+      {CU_MEM_ALLOC_GRANULARITY_RECOMMENDED, &g.recommended},
+  };
+  for (const auto& [option, out] : rows) {
+    if (const CUresult s = api_.cuMemGetAllocationGranularity_(out, &prop, option);
+        s != CUDA_SUCCESS) [[unlikely]] {
+      return failure(s, name);
+    }
+  }
+  return g;
+}
+
+inline result<std::uint64_t> CudaDriver::mem_address_reserve(std::size_t bytes,
+                                                              std::size_t alignment) const noexcept {
+  constexpr const char* name = "cuMemAddressReserve";
+  if (exiting_now()) [[unlikely]] return exiting(name);
+  if (api_.cuMemAddressReserve_ == nullptr) [[unlikely]] return unavailable(name);
+  CUdeviceptr p = 0;
+  if (const CUresult s = api_.cuMemAddressReserve_(&p, bytes, alignment, CUdeviceptr{0}, 0ull);
+      s != CUDA_SUCCESS) [[unlikely]] {
+    return failure(s, name);
+  }
+  return std::uint64_t{p};
+}
+
+inline result<CUmemGenericAllocationHandle> CudaDriver::mem_create(std::size_t bytes,
+                                                                   CUdevice dev) const noexcept {
+  constexpr const char* name = "cuMemCreate";
+  if (exiting_now()) [[unlikely]] return exiting(name);
+  if (api_.cuMemCreate_ == nullptr) [[unlikely]] return unavailable(name);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = static_cast<int>(dev);
+  CUmemGenericAllocationHandle h = 0;
+  if (const CUresult s = api_.cuMemCreate_(&h, bytes, &prop, 0ull); s != CUDA_SUCCESS)
+      [[unlikely]] {
+    return failure(s, name);
+  }
+  return h;
+}
+
+inline result<void> CudaDriver::mem_set_access(std::uint64_t va, std::size_t bytes,
+                                               CUdevice dev) const noexcept {
+  CUmemAccessDesc desc{};
+  desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  desc.location.id = static_cast<int>(dev);
+  desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return optional_call("cuMemSetAccess", api_.cuMemSetAccess_, CUdeviceptr{va}, bytes,
+                       static_cast<const CUmemAccessDesc*>(&desc), std::size_t{1});
+}
+
 inline result<CaptureInfo> CudaDriver::stream_capture_info(CUstream s) const noexcept {
   if (exiting_now()) [[unlikely]] return exiting("cuStreamGetCaptureInfo");
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -361,6 +439,23 @@ inline result<void> CudaDriver::call(const char* name, Fn fn, Args... args) cons
   if (exiting_now()) [[unlikely]] return exiting(name);
   if (const CUresult s = fn(args...); s != CUDA_SUCCESS) [[unlikely]] return failure(s, name);
   return ok();
+}
+
+template <class Fn, class... Args>
+inline result<void> CudaDriver::optional_call(const char* name, Fn fn,
+                                              Args... args) const noexcept {
+  if (exiting_now()) [[unlikely]] return exiting(name);
+  if (fn == nullptr) [[unlikely]] return unavailable(name);
+  if (const CUresult s = fn(args...); s != CUDA_SUCCESS) [[unlikely]] return failure(s, name);
+  return ok();
+}
+
+xlogrt::error CudaDriver::unavailable(const char* fn_name) const {
+  return xlogrt::error{errc::driver_too_old,
+                       std::string(fn_name) + " was not called: " + optional_missing_ +
+                           ", which CudaDriver's virtual memory calls need (every CUDA 12 "
+                           "driver has them: check the driver installation), or use a "
+                           "resource over memory pools (AsyncCuda)"};
 }
 
 xlogrt::error CudaDriver::failure(CUresult s, const char* fn_name) const {

@@ -11,6 +11,8 @@
 //   4. dlsym cuGetProcAddress_v2 (new in CUDA 12.0)      absent -> errc::driver_too_old
 //   5. cuInit(0)      CUDA_ERROR_NO_DEVICE -> errc::no_device, other failure -> no_driver
 //   6. cuGetProcAddress for every table row              absent -> errc::driver_too_old
+//      and for every optional row                        absent -> opens; the optional
+//                                                        group stays null (cuda_api.hpp)
 //   7. cuDeviceGetCount > 0                              zero   -> errc::no_device
 // The version is read before cuInit because cuDriverGetVersion needs no initialisation,
 // and an old driver is best reported as old whatever else is wrong with the machine.
@@ -37,6 +39,9 @@ struct LoadedCuda {
   CudaApi api;
   int version = 0;      ///< cuDriverGetVersion, e.g. 12080
   std::string library;  ///< the name given to dlopen
+  /// Empty when every optional entry was resolved; else a sentence naming the driver and
+  /// the optional entries it lacks (the whole optional group is then null).
+  std::string optional_missing;
 };
 
 /// "12.8" for 12080.
@@ -141,7 +146,8 @@ inline result<LoadedCuda> load_cuda_driver() {
     return error{errc::no_driver, std::move(m), st};
   }
 
-  // 6. Every entry point, at the version of its ABI.
+  // 6. Every entry point, at the version of its ABI; `missing` collects the required
+  // ones that are absent, or the optional ones while those are being resolved.
   std::string missing;
   auto resolve = [&](const char* name, int ver, auto& slot) {
     void* p = nullptr;
@@ -165,11 +171,20 @@ inline result<LoadedCuda> load_cuda_driver() {
   };
 #define XLOGRT_CUDA_API_RESOLVE(sym, ver) resolve(#sym, ver, out.api.sym##_);
   XLOGRT_CUDA_API_ENTRIES(XLOGRT_CUDA_API_RESOLVE)
-#undef XLOGRT_CUDA_API_RESOLVE
   if (!missing.empty()) {
     return error{errc::driver_too_old, "the CUDA driver " + quoted + named_by + ", CUDA " +
                                            cuda_version_string(version) + ", lacks " +
                                            missing + "; " + needs};
+  }
+  XLOGRT_CUDA_API_OPTIONAL_ENTRIES(XLOGRT_CUDA_API_RESOLVE)
+#undef XLOGRT_CUDA_API_RESOLVE
+  if (!missing.empty()) {
+    // All or nothing (cuda_api.hpp): a member of the group never finds half of it.
+#define XLOGRT_CUDA_API_CLEAR(sym, ver) out.api.sym##_ = nullptr;
+    XLOGRT_CUDA_API_OPTIONAL_ENTRIES(XLOGRT_CUDA_API_CLEAR)
+#undef XLOGRT_CUDA_API_CLEAR
+    out.optional_missing = "the CUDA driver " + quoted + named_by + ", CUDA " +
+                           cuda_version_string(version) + ", lacks " + missing;
   }
 
   // 7. At least one device.

@@ -33,6 +33,8 @@ enum class OpKind : std::uint8_t {
   mem_alloc,          ///< synchronous mem_alloc (host pseudo-stream)
   mem_free,           ///< synchronous mem_free (host pseudo-stream)
   context_reset,      ///< the last primary_ctx_release freed the device's memory
+  mem_set_access,     ///< mem_set_access made a mapping accessible (host pseudo-stream)
+  mem_unmap,          ///< mem_unmap of an accessible mapping (host pseudo-stream)
 };
 
 constexpr std::string_view to_string(OpKind k) noexcept {
@@ -52,6 +54,8 @@ constexpr std::string_view to_string(OpKind k) noexcept {
     case OpKind::mem_alloc: return "mem_alloc";
     case OpKind::mem_free: return "mem_free";
     case OpKind::context_reset: return "context_reset";
+    case OpKind::mem_set_access: return "mem_set_access";
+    case OpKind::mem_unmap: return "mem_unmap";
   }
   return "unknown";
 }

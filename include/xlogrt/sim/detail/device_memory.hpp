@@ -19,9 +19,15 @@
 // a range a live block marked `graph`, which is not counted in `allocated` (its range is
 // still the graph's), unless adopt_reserved() hands it over for good.
 //
+// Physical allocations of the virtual memory calls (mem_create, sim/detail/virtual_memory.hpp)
+// hold ranges of the arena too, taken with take_physical() aligned to the granularity and
+// counted in `physical` until release_physical(); their bytes live in the device's backing
+// file at the same offset, not in `storage`. A context reset keeps them: physical memory
+// belongs to the device, not to its primary context.
+//
 // Invariants: allocated = sum of live non-graph blocks' rounded sizes; pending + quarantined =
 // sum of recycled ranges' sizes, split by `executed`; quarantined_blocks = the number of
-// executed recycled ranges; peak >= allocated. The byte fills (uninitialised and
+// executed recycled ranges; physical = sum of physical_ranges' sizes; peak >= allocated. The byte fills (uninitialised and
 // poison) are the driver's, which knows the configuration; this is bookkeeping only.
 //
 // Not thread-safe: guarded by its SimDriver's mutex (every caller is a *_locked
@@ -71,6 +77,8 @@ struct DeviceMemory {
   std::uint64_t quarantined_blocks = 0;
   std::uint64_t peak = 0;
   std::uint64_t graph_reserved = 0;  // ranges held by graph allocations
+  std::uint64_t physical = 0;        // ranges held by physical allocations
+  std::map<std::uint64_t, std::uint64_t> physical_ranges;  // offset -> bytes
 
   /// The offset for a new block of `need` bytes, for an allocation whose clock is `vc`:
   /// first a recycled range whose free is ordered before it (newest first), then the
@@ -105,6 +113,30 @@ struct DeviceMemory {
     }
     if (off) graph_reserved += need;
     return off;
+  }
+
+  /// A range of `need` bytes, at an offset that is a multiple of `align`, for a physical
+  /// allocation; from the free list (after emptying the quarantine if it must), as
+  /// reserve().
+  std::optional<std::uint64_t> take_physical(std::uint64_t need, std::uint64_t align) {
+    auto off = space.allocate_aligned(need, align);
+    if (!off) {
+      trim_quarantine(0, 0);
+      off = space.allocate_aligned(need, align);
+    }
+    if (off) {
+      physical += need;
+      physical_ranges.emplace(*off, need);
+    }
+    return off;
+  }
+
+  /// The physical allocation at `offset` is freed: its range is free again.
+  void release_physical(std::uint64_t offset) {
+    auto it = physical_ranges.find(offset);
+    space.release(it->first, it->second);
+    physical -= it->second;
+    physical_ranges.erase(it);
   }
 
   /// The graph holding [offset, offset + bytes) is gone: the range is free again.
@@ -178,11 +210,13 @@ struct DeviceMemory {
     }
   }
 
-  /// Everything free again (the context was destroyed); the peak stays.
+  /// Everything free again (the context was destroyed) but the physical allocations,
+  /// which the device keeps; the peak stays.
   void reset() {
     blocks.clear();
     recycled.clear();
     space.reset();
+    for (const auto& [offset, bytes] : physical_ranges) space.take(offset, bytes);
     allocated = pending = quarantined = quarantined_blocks = graph_reserved = 0;
   }
 };

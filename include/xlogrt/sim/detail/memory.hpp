@@ -52,6 +52,17 @@ class Mapping {
     return m;
   }
 
+  /// Maps `bytes` of the file `fd` from its start, shared (writes reach the file, and
+  /// every other mapping of the same range sees them); nullopt when the kernel refuses.
+  static std::optional<Mapping> create_shared(int fd, std::size_t bytes) noexcept {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED) return std::nullopt;
+    Mapping m;
+    m.p_ = static_cast<std::byte*>(p);
+    m.n_ = bytes;
+    return m;
+  }
+
   std::byte* data() const noexcept { return p_; }
   std::size_t size() const noexcept { return n_; }
   std::uint64_t address() const noexcept { return reinterpret_cast<std::uintptr_t>(p_); }
@@ -94,6 +105,36 @@ class RangeAllocator {
       return off;
     }
     return std::nullopt;
+  }
+
+  /// The first free range of `bytes` whose address `base` + offset is a multiple of
+  /// `align` (a power of two), lowest first; the free space cut off before it stays free.
+  std::optional<std::uint64_t> allocate_aligned(std::uint64_t bytes, std::uint64_t align,
+                                                std::uint64_t base = 0) {
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      const std::uint64_t off = it->first;
+      const std::uint64_t len = it->second;
+      const std::uint64_t start = ((base + off + align - 1) & ~(align - 1)) - base;
+      if (start - off > len || len - (start - off) < bytes) continue;
+      free_.erase(it);
+      if (start > off) free_.emplace(off, start - off);
+      if (off + len > start + bytes) free_.emplace(start + bytes, off + len - (start + bytes));
+      free_bytes_ -= bytes;
+      return start;
+    }
+    return std::nullopt;
+  }
+
+  /// Takes [off, off + bytes), which must lie in one free range, out of the free list.
+  /// @pre it is free.
+  void take(std::uint64_t off, std::uint64_t bytes) {
+    auto it = std::prev(free_.upper_bound(off));
+    const std::uint64_t start = it->first;
+    const std::uint64_t len = it->second;
+    free_.erase(it);
+    if (off > start) free_.emplace(start, off - start);
+    if (start + len > off + bytes) free_.emplace(off + bytes, start + len - (off + bytes));
+    free_bytes_ -= bytes;
   }
 
   /// @pre [off, off + bytes) was allocated and is not free.

@@ -121,8 +121,8 @@ struct Device {
   Stream* legacy = nullptr;
 };
 
-/// The driver entry points, one per Driver and CapturingDriver concept member plus
-/// launch_kernel.
+/// The driver entry points, one per Driver, CapturingDriver and VirtualMemoryDriver
+/// concept member plus launch_kernel.
 enum class Call : std::uint8_t {
   device_count,
   device_get,
@@ -171,6 +171,14 @@ enum class Call : std::uint8_t {
   graph_launch,
   graph_destroy,
   graph_exec_destroy,
+  mem_granularity,
+  mem_address_reserve,
+  mem_address_free,
+  mem_create,
+  mem_release,
+  mem_map,
+  mem_unmap,
+  mem_set_access,
   count_,
 };
 
@@ -225,6 +233,14 @@ inline constexpr std::array<std::string_view, call_count> call_names = {
     "cuGraphLaunch",
     "cuGraphDestroy",
     "cuGraphExecDestroy",
+    "cuMemGetAllocationGranularity",
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
 };
 
 constexpr std::string_view call_name(Call c) noexcept {

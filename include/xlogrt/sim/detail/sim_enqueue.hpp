@@ -60,10 +60,7 @@ inline void SimDriver::check_locked(const OpRef& op, const VectorClock& vc, std:
 }
 
 inline void SimDriver::record_locked() {
-  checker_.record(streams_, [this](std::uint64_t addr) {
-    const Device* d = device_of(addr);
-    return d != nullptr ? d->ordinal : -1;
-  });
+  checker_.record(streams_, [this](std::uint64_t addr) { return ordinal_of(addr); });
 }
 
 // Validates the stream, assigns the operation its place, checks `checks` (each with

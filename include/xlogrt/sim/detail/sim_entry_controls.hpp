@@ -107,7 +107,7 @@ inline result<SimMemoryStats> SimDriver::memory_stats(device_t dev) const noexce
       static_cast<std::size_t>(memory_bytes_), static_cast<std::size_t>(x.mem.allocated),
       static_cast<std::size_t>(x.mem.pending), static_cast<std::size_t>(x.mem.quarantined),
       static_cast<std::size_t>(x.mem.peak),    x.mem.blocks.size(),
-      static_cast<std::size_t>(x.mem.graph_reserved)};
+      static_cast<std::size_t>(x.mem.graph_reserved), static_cast<std::size_t>(x.mem.physical)};
 }
 
 inline SimCaptureStats SimDriver::capture_stats() const noexcept {
@@ -118,7 +118,7 @@ inline SimCaptureStats SimDriver::capture_stats() const noexcept {
 inline result<std::size_t> SimDriver::bytes_reserved(device_t dev) const noexcept {
   auto st = memory_stats(dev);
   if (!st) return std::move(st).error();
-  return st->allocated + st->free_pending + st->graph_reserved;
+  return st->allocated + st->free_pending + st->graph_reserved + st->physical;
 }
 
 inline result<std::uint64_t> SimDriver::release_threshold(mempool_t pool) const noexcept {
@@ -143,7 +143,8 @@ inline result<std::span<std::byte>> SimDriver::host_view(std::uint64_t ptr,
   if (p == nullptr) {
     return error{errc::invalid_argument,
                  "host_view: [" + detail::sim::hex(ptr) + ", +" + std::to_string(bytes) +
-                     ") is not inside simulated device or mapped host memory"};
+                     ") is not inside simulated device or mapped host memory, nor mapped "
+                     "virtual memory"};
   }
   return std::span<std::byte>(p, bytes);
 }

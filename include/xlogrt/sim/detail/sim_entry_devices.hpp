@@ -117,7 +117,7 @@ inline result<MemInfo> SimDriver::mem_get_info() noexcept {
   if (!d) return std::move(d).error();
   const Device& dev = **d;
   return MemInfo{static_cast<std::size_t>(memory_bytes_ - dev.mem.allocated - dev.mem.pending -
-                                          dev.mem.graph_reserved),
+                                          dev.mem.graph_reserved - dev.mem.physical),
                  static_cast<std::size_t>(memory_bytes_)};
 }
 

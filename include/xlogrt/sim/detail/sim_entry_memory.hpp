@@ -19,7 +19,11 @@ inline error SimDriver::oom_locked(Call c, const Device& dev, std::uint64_t byte
               "allocating " + std::to_string(bytes) + " bytes on simulated device " +
                   std::to_string(dev.ordinal) + " (" + std::to_string(memory_bytes_) + " bytes, " +
                   std::to_string(dev.mem.allocated) + " allocated, " + std::to_string(dev.mem.pending) +
-                  " held by frees that have not run yet)");
+                  " held by frees that have not run yet" +
+                  (dev.mem.physical != 0
+                       ? ", " + std::to_string(dev.mem.physical) + " held by physical allocations"
+                       : std::string()) +
+                  ")");
 }
 
 // --- Driver concept: memory --------------------------------------------------------------------

@@ -51,7 +51,7 @@ inline void SimDriver::run_head_locked(Stream& s, Lock& lk) {
 // Runs one operation; returns 0 or the status that faults the stream. Host functions
 // and kernel bodies run with the lock released.
 inline int SimDriver::execute_locked(Stream& s, Op& op, Lock& lk) {
-  (void)s;
+  const int dev = s.device->ordinal;  // virtual memory must grant this device access
   switch (op.kind) {
     case OpKind::mem_alloc_async: {
       if (std::byte* p = translate_locked(op.dst, op.bytes); p != nullptr && cfg_.fill_memory)
@@ -68,33 +68,33 @@ inline int SimDriver::execute_locked(Stream& s, Op& op, Lock& lk) {
       return 0;
     }
     case OpKind::memset: {
-      std::byte* p = translate_locked(op.dst, op.bytes);
+      std::byte* p = translate_locked(op.dst, op.bytes, dev);
       if (p == nullptr) return status::illegal_address;
       std::memset(p, static_cast<int>(op.value), op.bytes);
       return 0;
     }
     case OpKind::memcpy_htod: {
-      std::byte* p = translate_locked(op.dst, op.bytes);
+      std::byte* p = translate_locked(op.dst, op.bytes, dev);
       if (p == nullptr) return status::illegal_address;
       std::memcpy(p, op.chost, op.bytes);
       return 0;
     }
     case OpKind::memcpy_dtoh: {
-      std::byte* p = translate_locked(op.src, op.bytes);
+      std::byte* p = translate_locked(op.src, op.bytes, dev);
       if (p == nullptr) return status::illegal_address;
       std::memcpy(op.host, p, op.bytes);
       return 0;
     }
     case OpKind::memcpy_dtod: {
-      std::byte* d = translate_locked(op.dst, op.bytes);
-      std::byte* p = translate_locked(op.src, op.bytes);
+      std::byte* d = translate_locked(op.dst, op.bytes, dev);
+      std::byte* p = translate_locked(op.src, op.bytes, dev);
       if (d == nullptr || p == nullptr) return status::illegal_address;
       std::memmove(d, p, op.bytes);
       return 0;
     }
     case OpKind::write_value32: {
       publish_locked(*op.release);
-      std::byte* p = translate_locked(op.dst, 4);
+      std::byte* p = translate_locked(op.dst, 4, dev);
       if (p == nullptr) return status::illegal_address;
       std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(p))
           .store(op.value, std::memory_order_release);
@@ -105,7 +105,7 @@ inline int SimDriver::execute_locked(Stream& s, Op& op, Lock& lk) {
       std::vector<std::byte*> ptrs(k.ptrs.size(), nullptr);
       for (std::size_t i = 0; i < ptrs.size(); ++i) {
         if (k.bytes[i] == 0) continue;
-        ptrs[i] = translate_locked(k.ptrs[i], k.bytes[i]);
+        ptrs[i] = translate_locked(k.ptrs[i], k.bytes[i], dev);
         if (ptrs[i] == nullptr) return status::illegal_address;
       }
       if (!k.body) return 0;

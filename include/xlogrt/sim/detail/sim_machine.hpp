@@ -3,7 +3,8 @@
 
 // SimDriver's machine: construction (the address layout: one reservation that holds each
 // device's window with an unbacked guard gap after it, and the mapped host window above
-// them), destruction, the process-wide instance, and what every entry point starts with:
+// them; the virtual memory window is reserved apart, on first use), destruction, the
+// process-wide instance, and what every entry point starts with:
 // entering a call (counting it, failing an injected one), validating handles against
 // this driver and their context's generation, and translating simulated addresses to
 // the host bytes behind them.
@@ -42,6 +43,31 @@ inline SimDriver::SimDriver(SimConfig config) noexcept
   if (cfg_.executor == SimExecutor::threaded && cfg_.worker_threads == 0) {
     refuse(status::invalid_value,
            "configuring the simulator: threaded mode needs SimConfig::worker_threads >= 1");
+    return;
+  }
+  if (const long page = ::sysconf(_SC_PAGESIZE); page > 0) {
+    page_bytes_ = static_cast<std::uint64_t>(page);
+  }
+  const std::uint64_t g = cfg_.vmm_granularity;
+  if (g < page_bytes_ || g > (std::uint64_t{1} << 30) || (g & (g - 1)) != 0) {
+    refuse(status::invalid_value,
+           "configuring the simulator: SimConfig::vmm_granularity must be a power of two from "
+           "the host page size (" + std::to_string(page_bytes_) + ") to 1 GiB, got " +
+               std::to_string(g));
+    return;
+  }
+  if (cfg_.vmm_recommended_granularity == 0 || cfg_.vmm_recommended_granularity % g != 0) {
+    refuse(status::invalid_value,
+           "configuring the simulator: SimConfig::vmm_recommended_granularity must be a "
+           "multiple of vmm_granularity (" + std::to_string(g) + "), got " +
+               std::to_string(cfg_.vmm_recommended_granularity));
+    return;
+  }
+  if (cfg_.vmm_address_bytes % g != 0 || cfg_.vmm_address_bytes > (std::uint64_t{1} << 46)) {
+    refuse(status::invalid_value,
+           "configuring the simulator: SimConfig::vmm_address_bytes must be a multiple of "
+           "vmm_granularity (" + std::to_string(g) + ") up to 64 TiB, got " +
+               std::to_string(cfg_.vmm_address_bytes));
     return;
   }
   memory_bytes_ = round_up(cfg_.memory_bytes, alloc_granularity);
@@ -230,14 +256,21 @@ inline SimDriver::Device* SimDriver::device_of(std::uint64_t addr) const noexcep
   return devices_[d].get();
 }
 
-inline std::byte* SimDriver::translate_locked(std::uint64_t addr,
-                                              std::uint64_t bytes) const noexcept {
+inline std::byte* SimDriver::translate_locked(std::uint64_t addr, std::uint64_t bytes,
+                                              int accessor) const noexcept {
   if (Device* d = device_of(addr)) {
     const std::uint64_t off = addr - d->mem.base;
     if (bytes > memory_bytes_ - off) return nullptr;
     return d->mem.storage.data() + off;
   }
+  if (vm_.contains(addr)) return vm_.translate(addr, bytes, accessor);
   return host_.translate(addr, bytes);
+}
+
+// The device that owns `addr` (its arena, or the physical memory mapped there); -1 for none.
+inline int SimDriver::ordinal_of(std::uint64_t addr) const noexcept {
+  if (const Device* d = device_of(addr)) return d->ordinal;
+  return vm_.device_of(addr);
 }
 
 }  // namespace xlogrt
