@@ -53,6 +53,20 @@ std::size_t churn(SimDriver& sim, Res& res, StreamPool<SimDriver>& pool, int str
   return pool.size();
 }
 
+/// A caching stack on a simulator, opened with two streams, behind the pointer bridge.
+struct Rig {
+  using Rt = DeviceRuntime<CachingStack<SimDriver>>;
+  SimDriver sim;
+  Rt rt;
+  PointerResource<CachingStack<SimDriver>> res;
+  explicit Rig(SimConfig cfg) : sim(cfg), rt(open(sim)), res(rt) {}
+  static Rt open(SimDriver& sim) {
+    auto made = Rt::open(sim, 0, 2);
+    REQUIRE(made.has_value());
+    return std::move(*made);
+  }
+};
+
 /// After trim and reap, the stack and the device hold nothing: every cached block of
 /// every gone stream was freed, on a live stream (a free on a destroyed handle is refused
 /// by the simulator, and the block would stay).
@@ -76,12 +90,8 @@ void gives_everything_back(SimDriver& sim, Rt& rt) {
 }  // namespace
 
 TEST_CASE("1,000 streams used once and destroyed: a reused handle takes its old stream's id", "[interop][streams]") {
-  using Rt = DeviceRuntime<CachingStack<SimDriver>>;
-  SimDriver sim(SimConfig{.reuse_stream_handles = true});
-  auto made = Rt::open(sim, 0, 2);
-  REQUIRE(made.has_value());
-  auto& rt = *made;
-  PointerResource<CachingStack<SimDriver>> res(rt);
+  Rig rig(SimConfig{.reuse_stream_handles = true});
+  auto& [sim, rt, res] = rig;
   const auto syncs = sim.calls("cuCtxSynchronize");
   CHECK(churn(sim, res, *rt.streams(), 1000, false) == 3);  // one id, recycled 999 times
   CHECK(rt.streams()->recycled() == 999);
@@ -95,12 +105,8 @@ TEST_CASE("1,000 streams used once and destroyed: a reused handle takes its old 
 }
 
 TEST_CASE("1,000 streams used once, destroyed and forgotten, with handles never reused", "[interop][streams]") {
-  using Rt = DeviceRuntime<CachingStack<SimDriver>>;
-  SimDriver sim(SimConfig{.reuse_stream_handles = false});
-  auto made = Rt::open(sim, 0, 2);
-  REQUIRE(made.has_value());
-  auto& rt = *made;
-  PointerResource<CachingStack<SimDriver>> res(rt);
+  Rig rig(SimConfig{.reuse_stream_handles = false});
+  auto& [sim, rt, res] = rig;
   CHECK(churn(sim, res, *rt.streams(), 1000, true) == 3);  // one id, recycled 999 times
   CHECK(rt.streams()->recycled() == 999);
   // A forgotten stream's id names the pool's first stream until it is reused.
@@ -109,12 +115,8 @@ TEST_CASE("1,000 streams used once, destroyed and forgotten, with handles never 
 }
 
 TEST_CASE("streams neither destroyed-and-reused nor forgotten fill the pool, refused by name", "[interop][streams]") {
-  using Rt = DeviceRuntime<CachingStack<SimDriver>>;
-  SimDriver sim(SimConfig{.reuse_stream_handles = false});
-  auto made = Rt::open(sim, 0, 2);
-  REQUIRE(made.has_value());
-  auto& rt = *made;
-  PointerResource<CachingStack<SimDriver>> res(rt);
+  Rig rig(SimConfig{.reuse_stream_handles = false});
+  auto& [sim, rt, res] = rig;
   std::vector<SimDriver::stream_t> mine;
   for (std::size_t i = 2; i < StreamPool<SimDriver>::MAX_STREAMS; ++i) {
     auto s = sim.stream_create();
@@ -143,12 +145,8 @@ TEST_CASE("streams destroyed without a word: the stack makes no call on their ha
   // it): the cache's hand-off to other streams, the poll of queued frees, reap and trim
   // reach its blocks and frees without one (the simulator counts every call that names a
   // destroyed stream).
-  using Rt = DeviceRuntime<CachingStack<SimDriver>>;
-  SimDriver sim(SimConfig{.reuse_stream_handles = false});
-  auto made = Rt::open(sim, 0, 2);
-  REQUIRE(made.has_value());
-  auto& rt = *made;
-  PointerResource<CachingStack<SimDriver>> res(rt);
+  Rig rig(SimConfig{.reuse_stream_handles = false});
+  auto& [sim, rt, res] = rig;
   const auto dead_before = sim.dead_stream_calls();
   constexpr std::size_t SIZES[] = {1000, 200'000};
   for (int i = 0; i < 200; ++i) {
@@ -173,12 +171,8 @@ TEST_CASE("streams destroyed without a word: the stack makes no call on their ha
 
 TEST_CASE("an adopted stream's idle blocks reach another stream once a call on it has marked them",
           "[interop][streams]") {
-  using Rt = DeviceRuntime<CachingStack<SimDriver>>;
-  SimDriver sim(SimConfig{});
-  auto made = Rt::open(sim, 0, 2);
-  REQUIRE(made.has_value());
-  auto& rt = *made;
-  PointerResource<CachingStack<SimDriver>> res(rt);
+  Rig rig(SimConfig{});
+  auto& [sim, rt, res] = rig;
   auto a = sim.stream_create();
   auto b = sim.stream_create();
   REQUIRE((a.has_value() && b.has_value()));
