@@ -28,6 +28,16 @@ using CachingStack = Statistics<Cached<AsyncCuda<D>>>;
 
 std::uint64_t u(void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
+/// One block of `bytes` on `s`: allocated, written by a kernel, freed.
+template <class Res>
+void use_once(SimDriver& sim, Res& res, SimDriver::stream_t s, std::size_t bytes) {
+  auto p = res.allocate(bytes, s);
+  INFO(bytes << " bytes");
+  REQUIRE(p.has_value());
+  REQUIRE(sim.launch_kernel(s, {SimAccess{u(*p), bytes, Access::Write}}).has_value());
+  REQUIRE(res.deallocate(*p, bytes, s).has_value());
+}
+
 /// `streams` streams, each created, used once (three sizes: two cached classes and one
 /// the cache leaves to the pool, each written by a kernel) and destroyed; `forget` tells
 /// the pool of each one after destroying it. Returns the pool's size at the end.
@@ -38,11 +48,8 @@ std::size_t churn(SimDriver& sim, Res& res, StreamPool<SimDriver>& pool, int str
     auto s = sim.stream_create();
     REQUIRE(s.has_value());
     for (std::size_t bytes : SIZES) {
-      auto p = res.allocate(bytes, *s);
-      INFO("stream " << i << ", " << bytes << " bytes");
-      REQUIRE(p.has_value());
-      REQUIRE(sim.launch_kernel(*s, {SimAccess{u(*p), bytes, Access::Write}}).has_value());
-      REQUIRE(res.deallocate(*p, bytes, *s).has_value());
+      INFO("stream " << i);
+      use_once(sim, res, *s, bytes);
     }
     // Half go with work still queued (the simulator reuses a handle once its stream's
     // work has run; a forgotten stream's id is recycled at once).
@@ -154,11 +161,8 @@ TEST_CASE("streams destroyed without a word: the stack makes no call on their ha
     REQUIRE(s.has_value());
     for (int round = 0; round < 3; ++round) {
       for (std::size_t bytes : SIZES) {
-        auto p = res.allocate(bytes, *s);
-        INFO("stream " << i << ", " << bytes << " bytes");
-        REQUIRE(p.has_value());
-        REQUIRE(sim.launch_kernel(*s, {SimAccess{u(*p), bytes, Access::Write}}).has_value());
-        REQUIRE(res.deallocate(*p, bytes, *s).has_value());
+        INFO("stream " << i);
+        use_once(sim, res, *s, bytes);
       }
     }
     if (i % 2 == 0) REQUIRE(sim.stream_synchronize(*s).has_value());
