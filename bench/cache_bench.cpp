@@ -6,7 +6,8 @@
 // caching allocator (raw_alloc_with_stream / raw_delete). Workloads:
 //   1. same-size pairs on one thread: 256 B, 64 KiB, 1 MiB, 64 MiB;
 //   2. 1, 2, 4, 8, 16 threads, each on its own stream, 64 KiB pairs: aggregate rate;
-//   3. cross-thread frees: a producer allocates 64 KiB, a consumer frees;
+//   3. cross-thread frees: a producer allocates 64 KiB, a consumer frees (and the ring
+//      that carries the handles alone, with no allocator: the floor under those figures);
 //   4. mixed sizes round robin with 16 live blocks (FIFO) on one thread;
 //   5. alternating phases on two streams: 64 blocks allocated and freed on one stream,
 //      then 64 on the other (a cached block can only move once its free is complete).
@@ -248,7 +249,14 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   // 3. cross-thread frees
   {
     for (auto& v : vs) v.settle();
-    auto ns = interleave(vs, opt.rounds / 4 + 1, 4096, [&](Alloc& v, int k) {
+    // The ring alone (handles that name no block, a free that does nothing): what the
+    // pattern costs without an allocator, the floor under every variant's figure.
+    std::vector<Alloc> ring_alone(1);
+    ring_alone[0].name = "the ring alone";
+    ring_alone[0].alloc = [](std::size_t, StreamId) { return std::uint64_t{1}; };
+    ring_alone[0].free = [](std::uint64_t) {};
+    ring_alone[0].settle = [] {};
+    auto cross = [&](Alloc& v, int k) {
       constexpr int RING = 256;
       struct alignas(64) Cell {  // a line each, so that the two threads meet on one line per block
         std::atomic<std::uint64_t> h{0};
@@ -272,8 +280,11 @@ int run_bench(D& drv, const char* where, const Options& opt) {
         ring[i % RING].h.store(h == 0 ? 1 : h, std::memory_order_release);
       }
       consumer.join();
-    });
+    };
+    auto ns = interleave(vs, opt.rounds / 4 + 1, 4096, cross);
     print_table("cross-thread frees: producer allocates 64 KiB, consumer frees (ns per pair, wall)", vs, ns);
+    const Summary floor = interleave(ring_alone, opt.rounds / 4 + 1, 4096, cross).summary(0);
+    std::printf("the ring alone, no allocator: median %.1f ns per pair, p99 %.1f\n\n", floor.median, floor.p99);
   }
 
   if (opt.threads) {

@@ -452,9 +452,11 @@ TEST_CASE("trim gives every cached block back, an exited thread's included", "[c
   Rig<> rig;
   auto& r = *rig.stack;
   std::thread([&] {
-    std::vector<DeviceBlock> mine;
-    for (int i = 0; i < 8; ++i) mine.push_back(*r.allocate(4096, StreamId{2}, AllocTag{}));
-    for (auto& b : mine) REQUIRE(r.deallocate(std::move(b)).has_value());
+    for (int round = 0; round < 2; ++round) {  // 8 misses, then 8 hits
+      std::vector<DeviceBlock> mine;
+      for (int i = 0; i < 8; ++i) mine.push_back(*r.allocate(4096, StreamId{2}, AllocTag{}));
+      for (auto& b : mine) REQUIRE(r.deallocate(std::move(b)).has_value());
+    }
   }).join();
   auto own = r.allocate(1 << 20, StreamId{0}, AllocTag{});
   REQUIRE(own.has_value());
@@ -462,11 +464,13 @@ TEST_CASE("trim gives every cached block back, an exited thread's included", "[c
   const CacheStats before = r.stats();
   CHECK(before.cached_bytes == 8 * 4096 + (1 << 20));
   CHECK(before.cached_bytes_per_class[detail::class_of(4096)] == 8 * 4096);
+  CHECK(before.hits == 8);
   CHECK(r.trim() == 8 * 4096 + (1 << 20));
   const CacheStats after = r.stats();
   CHECK(after.cached_bytes == 0);
   CHECK(after.trimmed_blocks == 9);
-  CHECK(after.hits + after.misses == 9);  // the exited thread's counts are kept
+  CHECK(after.hits == 8);  // the exited thread's counts are kept when its cache is swept
+  CHECK(after.hits + after.misses == 17);
   REQUIRE(r.reap_pending().has_value());
   CHECK(r.upstream().bytes_outstanding() == 0);
 }
@@ -513,6 +517,48 @@ TEST_CASE("cross-thread frees: a producer allocates, a consumer frees, through t
   CHECK(s.misses < 400);  // most come back through the depot
   CHECK(r.bytes_outstanding() == 0);
   (void)r.trim();
+  REQUIRE(r.reap_pending().has_value());
+  CHECK(r.upstream().bytes_outstanding() == 0);
+}
+
+TEST_CASE("a thread that only frees passes whole bins on; the allocating thread never claims its cache",
+          "[cached]") {
+  // The main thread allocates 40 blocks of 8 KiB (a bin holds 16); another thread frees
+  // them and allocates nothing. Its bin overflows at the 17th and the 33rd free and, its
+  // owner having taken nothing from it, passes all 16 on each time: 32 in the depot, 8
+  // in the bin. The main thread's next 40 allocations take the 32 through the depot (a
+  // block and up to 8 more into its bin per take: 4 takes, 28 hits) and then miss: the
+  // freeing thread's bin passes its blocks on by itself, and claiming that thread's cache
+  // for them would cost it a trip to the depot on every free the claim overlaps.
+  Rig<> rig;
+  auto& r = *rig.stack;
+  std::vector<DeviceBlock> blocks;
+  for (int i = 0; i < 40; ++i) blocks.push_back(*r.allocate(8192, StreamId{1}, AllocTag{}));
+  std::atomic<int> stage{0};
+  std::atomic<int> refused{0};
+  std::thread consumer([&] {
+    for (auto& b : blocks) {
+      if (!r.deallocate(std::move(b))) refused.fetch_add(1);
+    }
+    stage.store(1);
+    while (stage.load() != 2) std::this_thread::yield();  // alive: its bin is not swept
+  });
+  while (stage.load() != 1) std::this_thread::yield();
+  REQUIRE(refused.load() == 0);
+  CHECK(r.stats().cached_bytes == 40 * 8192);
+  std::vector<DeviceBlock> again;
+  for (int i = 0; i < 40; ++i) again.push_back(*r.allocate(8192, StreamId{1}, AllocTag{}));
+  const CacheStats s = r.stats();
+  CHECK(s.from_other_threads == 0);
+  CHECK(s.depot_hits == 4);
+  CHECK(s.hits == 28);
+  CHECK(s.misses == 40 + 8);
+  CHECK(s.cached_bytes == 8 * 8192);  // the freeing thread's bin
+  stage.store(2);
+  consumer.join();
+  for (auto& b : again) REQUIRE(r.deallocate(std::move(b)).has_value());
+  CHECK(r.bytes_outstanding() == 0);
+  CHECK(r.trim() == 48 * 8192);  // the exited thread's bin included
   REQUIRE(r.reap_pending().has_value());
   CHECK(r.upstream().bytes_outstanding() == 0);
 }
@@ -699,9 +745,13 @@ TEST_CASE("one set of blocks serves every thread: through the depot, or taken fr
   const CacheStats shared = run(std::size_t{1} << 20);
   CHECK(shared.from_other_threads == 0);
   CHECK(shared.depot_hits == 7 * 3 * 4 + 2 * 4);  // every allocation but the first round's
-  const CacheStats bins = run(std::size_t{8} << 20);  // 4 MiB blocks in thread bins
-  CHECK(bins.from_other_threads == 7 * 4);            // each later thread's first round
-  CHECK(bins.hits == 8 * 2 * 4);
+  // 4 MiB blocks in thread bins. Each later thread's first round takes the previous
+  // thread's 4 blocks from its bin in three takes of half what that bin holds, rounded
+  // up (2, 1, 1): the first take hands one block out and keeps the other in the taker's
+  // bin, where its next allocation finds it.
+  const CacheStats bins = run(std::size_t{8} << 20);
+  CHECK(bins.from_other_threads == 7 * 3);
+  CHECK(bins.hits == 8 * 2 * 4 + 7);
 }
 
 TEST_CASE("a shared class the depot lacks takes a block up to depot_larger_classes larger, else evicts one",

@@ -19,8 +19,9 @@
 // (RecyclingResource: the uses tracked on other streams are ordered before its alloc
 // stream S, as a free would order them, and its id goes stale), then keeps the new block
 // in the calling thread's bin for (S, class). A bin holds a few blocks; when it is full,
-// half of it moves to S's depot, which every thread shares (under the depot's spin lock). An
-// allocation on S takes from the thread's bin, else refills the bin from S's depot,
+// half of it moves to S's depot, which every thread shares (under the depot's spin lock),
+// or all of it when its thread took nothing from it since it last filled (a sink, below).
+// An allocation on S takes from the thread's bin, else refills the bin from S's depot,
 // else tries another stream's depot (below), else allocates from the upstream.
 //
 // Shared classes. Blocks above `thread_block_bytes` (64 KiB) have no bins: they go to and
@@ -58,12 +59,25 @@
 // upstream's table: no lock, and no read-modify-write on a line another thread writes,
 // but the upstream block's own lock (taken by the recycle) and the owner's announcement
 // of OwnerClaim (detail/cache_claim.hpp), both on lines no other thread writes in that
-// pattern. A block freed by another thread than the one that allocated it goes to the
-// freeing thread's bin and, batched, through the depot to the allocating one. Before a
-// miss of a bin class, a thread takes an idle block of that class and stream from
-// another thread's bin, claiming that cache as trim does (take_from_threads): a bin keeps
+// pattern. Before a miss of a bin class, a thread takes idle blocks of that class and
+// stream from another thread's bin (half of them at most: one for the caller, the rest
+// into its own bin), claiming that cache as trim does (take_from_threads): a bin keeps
 // its blocks from every other thread, and without this each thread would end up holding
 // its own set of every class on every stream.
+//
+// Frees by another thread (a producer allocates, a consumer frees: torch's autograd
+// thread frees what the forward thread allocated). The block goes to the freeing
+// thread's bin. A bin whose thread takes nothing from it between two times it fills is a
+// sink (CacheBin::sink): it passes all its blocks to the depot each time, so the blocks
+// reach the allocating thread a bin at a time, through one depot lock on each side per
+// bin, and a pair costs each thread little more than the block's slot in the upstream's
+// table. take_from_threads leaves sinks alone: their blocks are on their way to the
+// depot, and taking them a claim at a time while the owner keeps freeing into the cache
+// makes each claim wait on the owner and sends the owner's frees to the depot meanwhile.
+// A producer that outruns the hand-off allocates instead, until the blocks in flight
+// between the two threads cover the consumer's bin and the batches between bin and bin;
+// then neither thread misses or claims. The pipeline so holds about two bins of blocks
+// more than its users, and a sink keeps no more than any bin.
 //
 // Memory pressure. trim() gives every cached block back to the upstream: it claims each
 // thread's cache in turn (OwnerClaim: the owner backs off to its slow path meanwhile),
@@ -245,7 +259,7 @@ class Cached : public Adaptor<Upstream> {
         if (n != 0) [[likely]] {
           const std::size_t size = detail::class_bytes(c);
           const detail::CachedEntry e = tc->pop(bin, n, size);
-          detail::bump(tc->hits);
+          detail::bump(bin.hits);
           detail::bump(tc->requested, bytes);
           detail::bump(tc->granted, size);
           tc->claim.leave();
@@ -371,10 +385,12 @@ class Cached : public Adaptor<Upstream> {
     std::mutex depot_make_mu;
     std::array<std::atomic<Depot*>, detail::CACHE_STREAMS> depots{};
     std::atomic<std::uint32_t> depot_streams{0};  // depots exist below this stream
-    std::atomic<std::size_t> depot_held{0};       // bytes in every depot (written under their locks)
+    // Bytes in every depot (written under their locks): a line of its own, so that the
+    // hand-off's puts and takes do not take the lines every slow path reads from them.
+    alignas(64) std::atomic<std::size_t> depot_held{0};
 
     // Slow-path counters (read-modify-writes: off the hit path).
-    std::atomic<std::uint64_t> depot_hits{0}, moves{0}, steals{0}, misses{0}, bypasses{0}, pressure_retries{0};
+    alignas(64) std::atomic<std::uint64_t> depot_hits{0}, moves{0}, steals{0}, misses{0}, bypasses{0}, pressure_retries{0};
     std::atomic<std::uint64_t> trims{0}, trimmed_blocks{0}, trimmed_bytes{0}, evictions{0};
     std::atomic<std::uint64_t> exact_fallbacks{0}, dropped{0};
     std::atomic<std::uint64_t> requested{0}, granted{0};
@@ -468,8 +484,11 @@ class Cached : public Adaptor<Upstream> {
   /// trim claims a cache (the owner backs off to its slow path meanwhile), before a miss:
   /// a bin keeps its blocks from every other thread, and without this a thread would take
   /// new memory while another's bin holds an idle block of the class on the stream (the
-  /// block was freed on `stream`, so it may be handed out there at once).
-  std::optional<DeviceBlock> take_from_threads(State& st, const detail::ThreadCache* self, StreamId stream,
+  /// block was freed on `stream`, so it may be handed out there at once). Takes up to
+  /// half of that bin (at most what take_own_depot takes): one block for the caller, the
+  /// rest into the caller's bin (to the depot beyond its room). Sinks are left alone (see
+  /// the header comment, "Frees by another thread").
+  std::optional<DeviceBlock> take_from_threads(State& st, detail::ThreadCache* self, StreamId stream,
                                                std::uint32_t c, AllocTag tag) noexcept;
 
   /// How far above a miss's class evict_larger looks (8 classes: 4 times the size), so

@@ -88,7 +88,9 @@ inline void Cached<Upstream, Protocol>::depot_put(State& st, std::uint32_t s, st
         refused.reset();
         ++kept;
       }
-      for (; i < n; ++i, ++kept) d->fresh[c].push_back(e[i]);
+      d->fresh[c].insert(d->fresh[c].end(), e + i, e + n);  // all or none
+      kept += n - i;
+      i = n;
     } catch (...) {
     }
     if (named && d->wanted) advance(*d, StreamId{s}, true);
@@ -120,18 +122,19 @@ inline std::optional<DeviceBlock> Cached<Upstream, Protocol>::take_own_depot(
   const bool mine = tc != nullptr && c < st.thread_classes && tc->claim.enter();  // a bin to refill
   detail::CacheBin* bins = mine ? tc->bins_of(stream.value) : nullptr;
   std::optional<detail::CachedEntry> e;
+  std::uint32_t got = 0;
   {
     std::lock_guard lock(d->mu);
     // One for the caller, and up to half a bin for the next calls, as far as it has room.
     const std::uint32_t cap = st.bin_cap[c];
     const std::uint32_t room = bins != nullptr ? cap - std::min(bins[c].n.load(std::memory_order_relaxed), cap) : 0;
-    std::uint32_t want = 1 + std::min(cap / 2, room);
+    const std::uint32_t wanted = 1 + std::min(cap / 2, room);
+    std::uint32_t want = wanted;
     // Any list will do: every block here was freed on this stream.
     for (auto* list : {&d->done[c], &d->marked[c], &d->fresh[c]}) {
       while (want != 0 && !list->empty()) {
         const detail::CachedEntry x = list->back();
         list->pop_back();
-        depot_took(st, *d, c, 1);
         --want;
         if (!e) {
           e = x;
@@ -139,11 +142,13 @@ inline std::optional<DeviceBlock> Cached<Upstream, Protocol>::take_own_depot(
           const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
           bins[c].items[n] = x;
           bins[c].n.store(n + 1, std::memory_order_relaxed);
-          detail::bump(tc->held, detail::class_bytes(c));
         }
       }
     }
+    got = wanted - want;
+    depot_took(st, *d, c, got);
   }
+  if (got > 1) detail::bump(tc->held, (got - 1) * detail::class_bytes(c));  // into the bin
   if (mine) tc->claim.leave();
   if (!e) return std::nullopt;
   return hand_out(*e, detail::class_bytes(c), stream, tag);

@@ -2,7 +2,8 @@
 #pragma once
 
 // How Cached (resource/cached.hpp) hands cached blocks on without a driver wait: from
-// another thread's bin for the same stream (take_from_threads), and to another stream
+// another thread's bin for the same stream (take_from_threads; a bin that passes its
+// blocks on by itself, a sink, is left alone), and to another stream
 // once the event a depot recorded shows their frees complete (spill_other_bins and
 // spill_bins move a thread's blocks to their streams' depots; take_across takes them;
 // advance marks and promotes them). The protocol and its safety argument are in
@@ -12,6 +13,7 @@
 // the class; it is not meant to be included on its own.
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -28,24 +30,48 @@ namespace xlogrt {
 template <class Upstream, class Protocol>
   requires RecyclingResource<Upstream> && DriverResource<Upstream>
 inline std::optional<DeviceBlock> Cached<Upstream, Protocol>::take_from_threads(
-    State& st, const detail::ThreadCache* self, StreamId stream, std::uint32_t c, AllocTag tag) noexcept {
-  std::optional<detail::CachedEntry> e;
+    State& st, detail::ThreadCache* self, StreamId stream, std::uint32_t c, AllocTag tag) noexcept {
+  const std::size_t size = detail::class_bytes(c);
+  // One block for the caller and up to half a bin for its next calls, as take_own_depot
+  // refills, but never more than half of what the other bin holds.
+  std::array<detail::CachedEntry, detail::MAX_BIN_BLOCKS> got;
+  std::uint32_t taken = 0;
   {
     std::lock_guard lock(st.registry_mu);
     for (const auto& other : st.caches) {
       if (other.get() == self) continue;
+      // A moment's view: the claim below reads the count again. A sink passes its blocks
+      // on by itself (CacheBin::sink): taking them would only move them ahead of the
+      // batch they are part of, and cost its owner a trip to the depot while claimed.
       detail::CacheBin* bins = other->streams[stream.value].load(std::memory_order_acquire);
-      if (bins == nullptr || bins[c].n.load(std::memory_order_relaxed) == 0) continue;  // a moment's view
-      other->claim.claim();
-      if (const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed); n != 0) {
-        e = other->pop(bins[c], n, detail::class_bytes(c));
+      if (bins == nullptr || bins[c].n.load(std::memory_order_relaxed) == 0 ||
+          bins[c].sink.load(std::memory_order_relaxed)) {
+        continue;
       }
+      other->claim.claim();
+      const std::uint32_t n = bins[c].n.load(std::memory_order_relaxed);
+      const std::uint32_t take = std::min((n + 1) / 2, 1 + st.bin_cap[c] / 2);
+      for (std::uint32_t k = n; taken < take; --k) got[taken++] = other->pop(bins[c], k, size);
       other->claim.release();
-      if (e) break;
+      if (taken != 0) break;
     }
   }
-  if (!e) return std::nullopt;
-  return hand_out(*e, detail::class_bytes(c), stream, tag);
+  if (taken == 0) return std::nullopt;
+  // The rest into the caller's bin, as far as it has room; beyond that, to the depot.
+  std::uint32_t kept = 1;
+  if (taken > 1 && self != nullptr && self->claim.enter()) {
+    if (detail::CacheBin* bins = self->bins_of(stream.value)) {
+      detail::CacheBin& bin = bins[c];
+      for (std::uint32_t n = bin.n.load(std::memory_order_relaxed); kept < taken && n < st.bin_cap[c]; ++kept, ++n) {
+        bin.items[n] = got[kept];
+        bin.n.store(n + 1, std::memory_order_relaxed);
+        detail::bump(self->held, size);
+      }
+    }
+    self->claim.leave();
+  }
+  if (kept < taken) depot_put(st, stream.value, c, &got[kept], taken - kept, true);
+  return hand_out(got[0], size, stream, tag);
 }
 
 template <class Upstream, class Protocol>

@@ -44,7 +44,7 @@ inline void Cached<Upstream, Protocol>::sweep_orphans_locked(State& st) noexcept
     if (!tc->orphaned.load(std::memory_order_acquire)) return false;
     tc->claim.claim();
     drain(st, *tc, [&](std::uint32_t s, std::uint32_t c, const detail::CachedEntry& e) { depot_put(st, s, c, &e); });
-    st.retired_hits.fetch_add(tc->hits.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    st.retired_hits.fetch_add(tc->bin_hits(), std::memory_order_relaxed);
     st.retired_depot_hits.fetch_add(tc->depot_hits.load(std::memory_order_relaxed), std::memory_order_relaxed);
     st.retired_requested.fetch_add(tc->requested.load(std::memory_order_relaxed), std::memory_order_relaxed);
     st.retired_granted.fetch_add(tc->granted.load(std::memory_order_relaxed), std::memory_order_relaxed);

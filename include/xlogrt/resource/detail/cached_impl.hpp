@@ -82,7 +82,7 @@ inline CacheStats Cached<Upstream, Protocol>::stats() const {
     s.granted_bytes = st.retired_granted.load(std::memory_order_relaxed);
     s.depot_hits = st.retired_depot_hits.load(std::memory_order_relaxed);
     for (const auto& tc : st.caches) {
-      s.hits += tc->hits.load(std::memory_order_relaxed);
+      s.hits += tc->bin_hits();
       s.depot_hits += tc->depot_hits.load(std::memory_order_relaxed);
       s.requested_bytes += tc->requested.load(std::memory_order_relaxed);
       s.granted_bytes += tc->granted.load(std::memory_order_relaxed);
@@ -148,10 +148,18 @@ void Cached<Upstream, Protocol>::keep_general(State& st, detail::ThreadCache* tc
   detail::CacheBin& bin = bins[c];
   std::uint32_t n = bin.n.load(std::memory_order_relaxed);
   if (n >= st.bin_cap[c]) {
-    const std::uint32_t keep = n / 2;
+    // A bin its owner took nothing from since it last overflowed is a sink (see
+    // CacheBin::sink): all of it goes, so that the blocks reach the thread that
+    // allocates them in one batch and none waits here for the next overflow. A bin its
+    // owner also takes from keeps half, for the owner's next allocations.
+    const std::uint64_t hits = bin.hits.load(std::memory_order_relaxed);
+    const bool sink = hits == bin.hits_at_overflow;
+    const std::uint32_t keep = sink ? 0 : n / 2;
     depot_put(st, s, c, &bin.items[keep], n - keep, true);
     tc->held.store(tc->held.load(std::memory_order_relaxed) - (n - keep) * size, std::memory_order_relaxed);
     n = keep;
+    bin.hits_at_overflow = hits;
+    bin.sink.store(sink, std::memory_order_relaxed);
   }
   bin.items[n] = e;
   bin.n.store(n + 1, std::memory_order_relaxed);

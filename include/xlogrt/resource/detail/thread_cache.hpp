@@ -41,7 +41,18 @@ struct CachedEntry {
 /// The blocks of one size class that one thread keeps for one stream, newest last.
 struct CacheBin {
   std::atomic<std::uint32_t> n{0};  ///< written by whoever holds the claim (a load and a store)
+  /// The bin overflowed without its owner taking a block from it since the overflow
+  /// before: the owner frees blocks of this stream and class that another thread
+  /// allocates, and the bin passes all of them on each time it fills (a sink). Written by
+  /// the owner under the claim; read by other threads as a moment's view.
+  std::atomic<bool> sink{false};
   std::array<CachedEntry, MAX_BIN_BLOCKS> items{};
+  /// Allocations the owner served from this bin (CacheStats::hits). Written by the owner
+  /// alone; an atomic only so that statistics can take a moment's view.
+  std::atomic<std::uint64_t> hits{0};
+  /// `hits` when the bin last overflowed: the same at the next overflow, and the owner
+  /// took nothing from the bin in between. The owner's alone.
+  std::uint64_t hits_at_overflow = 0;
 };
 
 /// Adds to a counter that only the holder of a claim writes.
@@ -77,13 +88,23 @@ struct ThreadCache {
     return e;
   }
 
+  /// Allocations the owner served from its bins (CacheStats::hits): a moment's view.
+  std::uint64_t bin_hits() const noexcept {
+    std::uint64_t sum = 0;
+    for (const auto& sb : streams) {
+      const CacheBin* bins = sb.load(std::memory_order_acquire);
+      if (bins == nullptr) continue;
+      for (std::uint32_t c = 0; c < classes; ++c) sum += bins[c].hits.load(std::memory_order_relaxed);
+    }
+    return sum;
+  }
+
   OwnerClaim<> claim;
   const std::uint64_t serial;   ///< the instance's (see Cached's State)
   const std::uint32_t classes;  ///< bins per stream
   alignas(64) std::array<std::atomic<CacheBin*>, CACHE_STREAMS> streams{};
   // The owner's counters (see CacheStats).
-  alignas(64) std::atomic<std::uint64_t> hits{0};
-  std::atomic<std::uint64_t> depot_hits{0};
+  alignas(64) std::atomic<std::uint64_t> depot_hits{0};
   std::atomic<std::size_t> held{0};  ///< bytes in its bins (CachedOptions::thread_bytes)
   std::atomic<std::uint64_t> requested{0};
   std::atomic<std::uint64_t> granted{0};
