@@ -41,7 +41,8 @@ def run(workload, allocator, steps, extra_env=None):
     res, peak = run_measured(cmd, env)
     t = res.get("ms_per_step_median", res.get("ms_per_request_median"))
     return {"device_peak": peak, "live_peak": res["live_peak"], "ms": t, "seconds": res["seconds"],
-            "checksum": res.get("checksum"), "losses": res.get("losses")}
+            "checksum": res.get("checksum"), "losses": res.get("losses"),
+            "pool_reserved_peak": res.get("pool_reserved_peak"), "small_pool_reserved_peak": res.get("small_pool_reserved_peak")}
 
 
 def med(xs):

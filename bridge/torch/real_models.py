@@ -44,6 +44,7 @@ ALLOCATOR_ENV = {
     "xlogrt-256k": {"XLOGRT_CACHE": "max_block_bytes=256K"},
     "xlogrt-64k": {"XLOGRT_CACHE": "max_block_bytes=64K"},
     "xlogrt-smallpool": {"XLOGRT_CACHE": "small_pool_bytes=1M"},
+    "xlogrt-onepool": {"XLOGRT_CACHE": "small_pool_bytes=0"},
 }
 
 
@@ -254,6 +255,8 @@ def main():
         out["live_peak"] = s["peak_bytes"]
         out["held"] = s["bytes_outstanding"]
         out["cached"] = s["cached_bytes"]
+        out["pool_reserved_peak"] = s["pool_reserved_peak"]
+        out["small_pool_reserved_peak"] = s["small_pool_reserved_peak"]
     else:
         out["live_peak"] = torch.cuda.max_memory_allocated()
     for k in ("ms_per_step", "ms_per_request"):

@@ -315,12 +315,17 @@ int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
   out->cached_bytes = cache.cached_bytes;
   out->device_allocs = cache.misses + cache.bypasses;
   out->alloc_retries = cache.pressure_retries;
-  for (auto pool : pools(rt)) {  // the peaks of the two pools may fall at different times: a bound
+  const auto both = pools(rt);
+  for (auto pool : both) {  // the peaks of the two pools may fall at different times: a bound
     if (pool == nullptr) continue;
     if (auto u = rt.driver().mempool_usage(pool)) {
       out->pool_reserved += u->reserved;
       out->pool_reserved_peak += u->reserved_high;
       out->pool_used += u->used;
+      if (pool == both[1]) {
+        out->small_pool_reserved = u->reserved;
+        out->small_pool_reserved_peak = u->reserved_high;
+      }
     }
   }
   const auto usage = budget.usage();

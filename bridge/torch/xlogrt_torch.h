@@ -135,6 +135,8 @@ typedef struct xlogrt_torch_stats {
   uint64_t graph_pool_live_bytes; /* of which tensors hold */
   uint64_t stream_ids;        /* stream ids in use (the device's StreamPool: its own streams and adopted ones) */
   uint64_t streams_recycled;  /* ids given to a new stream after their stream was gone (destroyed, handle reused) */
+  uint64_t small_pool_reserved;      /* of pool_reserved: the cached sizes' own pool (0: the stack has one pool) */
+  uint64_t small_pool_reserved_peak; /* of pool_reserved_peak: that pool's highest */
 } xlogrt_torch_stats;
 /* Returns 0, or -1 for a device that has no runtime (and cannot have one). */
 XLOGRT_TORCH_API int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out);

@@ -72,7 +72,8 @@ class _Stats(ctypes.Structure):
         "current_bytes", "peak_bytes", "total_bytes", "freed_bytes", "current_count", "allocations", "frees",
         "failed", "bytes_outstanding", "cached_bytes", "pool_reserved", "pool_reserved_peak", "pool_used",
         "device_allocs", "alloc_retries", "budget_bytes", "budget_in_use", "graph_pool_bytes",
-        "graph_pool_live_bytes", "stream_ids", "streams_recycled")]
+        "graph_pool_live_bytes", "stream_ids", "streams_recycled", "small_pool_reserved",
+        "small_pool_reserved_peak")]
 
 
 _lib = None        # the loaded libxlogrt_torch, whichever framework loaded it first
