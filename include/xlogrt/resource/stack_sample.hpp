@@ -30,6 +30,7 @@
 // point (no call in flight) held = live + cached + queued exactly, for a base that
 // counts as AsyncCuda does.
 
+#include <concepts>
 #include <cstddef>
 #include <optional>
 
