@@ -88,7 +88,7 @@ def held_line(tl):
             f"(+{h.peak_time_us / 1e6:.6f} s, log line {h.peak_line}): {' + '.join(parts)}")
     if h.reserved_peak is not None:
         line += f"; pool reserved peak {fmt_bytes(h.reserved_peak)} ({h.reserved_peak} B)"
-    return line + f"; {h.points} samples"
+    return line + f"; {h.points} sample{'' if h.points == 1 else 's'}"
 
 
 def main(argv=None):

@@ -430,7 +430,7 @@ function drawSummary() {
                 el("b", {id: "held-ratio"}, h.ratio === null ? "–" : h.ratio.toFixed(3)),
                 " (peak held over peak live)" +
                 (h.reserved_peak !== null ? `; the pools reserved at most ${fmtBytes(h.reserved_peak)}` : "") +
-                `; ${h.points} samples.`));
+                `; ${h.points} sample${h.points === 1 ? "" : "s"}.`));
   }
   const odd = [];
   if (F.odd.unmatched_frees) odd.push(`${F.odd.unmatched_frees} frees of addresses not live in the log`);

@@ -21,7 +21,6 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -391,16 +390,10 @@ class Logging : public Adaptor<Upstream> {
   }
 
   [[gnu::noinline]] void write_sample(std::int64_t now) noexcept {
-    const StackSample s = sample_stack(upstream());
     const std::uint64_t thread = detail::os_thread_id();
-    const auto put = [&](LogAction a, const std::optional<std::size_t>& v) {
-      if (v) sink_.write(LogRecord{thread, now, a, 0, *v, StreamId{0}, AllocTag{0}});
-    };
-    put(LogAction::sample_held, s.held);
-    put(LogAction::sample_cached, s.cached);
-    put(LogAction::sample_queued, s.queued);
-    put(LogAction::sample_pool_reserved, s.pool_reserved);
-    put(LogAction::sample_pool_used, s.pool_used);
+    for_each_figure(sample_stack(upstream()), [&](LogAction a, std::size_t v) noexcept {
+      sink_.write(LogRecord{thread, now, a, 0, v, StreamId{0}, AllocTag{0}});
+    });
   }
 
   [[no_unique_address]] Sink sink_;

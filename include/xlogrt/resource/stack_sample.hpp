@@ -4,8 +4,9 @@
 // sample_stack(stack): what a resource stack holds at one moment, by the layer that holds
 // it: the base resource's bytes from the device, the idle blocks a caching layer keeps,
 // the frees queued on streams and not yet known complete, and the device pools' own
-// counters. Logging writes it as sample lines (detail/log_record.hpp) so that a log shows
-// the gap between what the users hold and what the device gives the process.
+// counters. Logging writes it as sample lines (detail/log_record.hpp), and LiveBlocks
+// puts one in its snapshots, so that a log or a dump shows the gap between what the
+// users hold and what the device gives the process.
 //
 // Each figure is found by what a layer can report, not by the layer's name, walking down
 // through upstream(): a stack without a cache, or with a base of another kind, reports
@@ -33,8 +34,10 @@
 #include <concepts>
 #include <cstddef>
 #include <optional>
+#include <utility>
 
 #include "xlogrt/device/capture_windows.hpp"
+#include "xlogrt/resource/detail/log_record.hpp"
 
 namespace xlogrt {
 
@@ -98,6 +101,22 @@ void sample_layer(const L& layer, StackSample& out) noexcept {
 }
 
 }  // namespace detail
+
+/// Calls f(action, bytes) for each figure `s` has, in the order of the sample lines:
+/// held, cached, queued, pool reserved, pool used.
+template <class F>
+void for_each_figure(const StackSample& s, F&& f) {
+  const std::pair<LogAction, const std::optional<std::size_t>*> figures[] = {
+      {LogAction::sample_held, &s.held},
+      {LogAction::sample_cached, &s.cached},
+      {LogAction::sample_queued, &s.queued},
+      {LogAction::sample_pool_reserved, &s.pool_reserved},
+      {LogAction::sample_pool_used, &s.pool_used},
+  };
+  for (const auto& [a, v] : figures) {
+    if (*v) f(a, **v);
+  }
+}
 
 /// The figures `stack` (a resource, or a layer of one: the walk starts there) reports
 /// now. Thread-safe as the layers' own readers are; never fails: a figure that cannot be
