@@ -138,6 +138,8 @@ Trace load(const std::string& path) {
   std::istringstream in(read_file(path));
   Trace t;
   t.records = check(read_log_csv(in), path);
+  // Samples (what the logged stack held) are no operation to replay: this replay makes its own.
+  std::erase_if(t.records, [](const LogRecord& r) { return is_sample(r.action); });
   std::map<std::uint64_t, std::uint32_t> streams, threads;
   for (const LogRecord& r : t.records) {
     auto s = streams.emplace(r.stream.value, static_cast<std::uint32_t>(streams.size())).first->second;

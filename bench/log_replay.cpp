@@ -2,8 +2,10 @@
 // Replays an allocation log (the CSV Logging writes, or RMM's logging_resource_adaptor's)
 // against resource stacks, in log order on one thread, keeping each record's stream
 // (modulo the pool's 8 streams) and tag, and prints the median and p99 of each operation
-// per stack, side by side. `allocate failure` and `free failure` records are skipped; a
-// free of a pointer the replay does not hold is counted and skipped. Queued frees are
+// per stack, side by side. `allocate failure` and `free failure` records are skipped, and
+// so are samples (`sample held` ...: what the logged stack held, not an operation), left
+// out before the replay and counted; a free of a pointer the replay does not hold is
+// counted and skipped. Queued frees are
 // reaped (untimed) every 256 records, as an application does between batches.
 //
 // Without a log argument it first records one: 4 threads running a mixed workload through
@@ -144,6 +146,7 @@ int run(D& drv, const char* where, const char* log_path, int repeats) {
   auto log = read_log_csv(in);
   if (recorded) std::remove(path.c_str());
   if (!log) return std::printf("%s: %s\n", path.c_str(), log.error().what().c_str()), 1;
+  const std::size_t samples = std::erase_if(*log, [](const LogRecord& r) { return is_sample(r.action); });
 
   auto a0 = AsyncCuda<D>::create(*streams);
   auto a1 = AsyncCuda<D>::create(*streams);
@@ -161,11 +164,11 @@ int run(D& drv, const char* where, const char* log_path, int repeats) {
     allocs += r.action == LogAction::allocate;
     frees += r.action == LogAction::free;
   }
-  std::printf("# replay of %s%s on %s (%s)\n# %s; %zu records (%zu allocate, %zu free), %d repeat%s, "
-              "stacks interleaved per repeat\n\n",
+  std::printf("# replay of %s%s on %s (%s)\n# %s; %zu records (%zu allocate, %zu free; %zu sample lines left "
+              "out), %d repeat%s, stacks interleaved per repeat\n\n",
               recorded ? "a freshly recorded synthetic log" : path.c_str(), recorded ? "" : "", where,
-              (*streams)->device()->info().name.c_str(), machine_line().c_str(), log->size(), allocs, frees, repeats,
-              repeats == 1 ? "" : "s");
+              (*streams)->device()->info().name.c_str(), machine_line().c_str(), log->size(), allocs, frees, samples,
+              repeats, repeats == 1 ? "" : "s");
   ReplayStats st;
   for (int k = 0; k < repeats; ++k) {
     for (auto& s : stacks) st = replay(*log, s);

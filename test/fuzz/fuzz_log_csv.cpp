@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzzes the CSV log reader (read_log_csv / parse_log_line, which bench/log_replay reads
-// logs with): any bytes give the records or an invalid_argument error that names the
-// line; each record read formats back (format_log_line) to a line that parses to the
+// logs with): any bytes give the records (allocations, frees and samples) or an
+// invalid_argument error that names the line; each record read formats back (format_log_line) to a line that parses to the
 // same record; and read_log_csv agrees with parse_log_line line by line.
 
 #include <cstdint>

@@ -212,7 +212,7 @@ TEST_CASE("live blocks: the CSV is a log, the failure in time order, and save() 
   in.seekg(0);
   auto parsed = read_log_csv(in);
   REQUIRE(parsed.has_value());
-  REQUIRE(parsed->size() == 3);
+  REQUIRE(parsed->size() == 4);
   CHECK((*parsed)[0].ptr == a->ptr());
   CHECK((*parsed)[1].action == LogAction::allocate_failure);
   CHECK((*parsed)[1].bytes == std::size_t{1} << 30);
@@ -220,6 +220,10 @@ TEST_CASE("live blocks: the CSV is a log, the failure in time order, and save() 
   CHECK((*parsed)[2].tag == AllocTag{13});
   CHECK((*parsed)[2].stream == StreamId{7});
   CHECK((*parsed)[2].thread == detail::os_thread_id());
+  // Then what the stack below held: the spy reports its bytes_outstanding() alone.
+  REQUIRE(snap.sample.size() == 1);
+  CHECK((*parsed)[3].action == LogAction::sample_held);
+  CHECK((*parsed)[3].bytes == 4096 + 512);
 
   const std::string path = "xlogrt_test_snapshot_" + std::to_string(::getpid()) + ".csv";
   REQUIRE(snap.save(path).has_value());

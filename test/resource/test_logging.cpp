@@ -53,6 +53,16 @@ void check_alternation(const std::vector<LogRecord>& log) {
   CHECK(live.empty());
 }
 
+/// The records of `log` that are allocations and frees, in order (its samples left out),
+/// and the number of sample records.
+std::pair<std::vector<LogRecord>, std::size_t> without_samples(const std::vector<LogRecord>& log) {
+  std::vector<LogRecord> out;
+  for (const auto& r : log) {
+    if (!is_sample(r.action)) out.push_back(r);
+  }
+  return {out, log.size() - out.size()};
+}
+
 /// Runs `threads` threads that each allocate and free `rounds` blocks through `log`.
 template <class L>
 int hammer(L& log, int threads, int rounds) {
@@ -192,6 +202,126 @@ TEST_CASE("every allocate, failure and free is logged with its fields", "[loggin
   CHECK((*parsed)[2].ptr == ptr);
 }
 
+TEST_CASE("sample lines read back as the records they were written from; old logs still read", "[logging]") {
+  const std::pair<LogAction, const char*> kinds[] = {
+      {LogAction::sample_held, "sample held"},
+      {LogAction::sample_cached, "sample cached"},
+      {LogAction::sample_queued, "sample queued"},
+      {LogAction::sample_pool_reserved, "sample pool reserved"},
+      {LogAction::sample_pool_used, "sample pool used"},
+  };
+  std::vector<LogRecord> written;
+  for (const auto& [a, text] : kinds) {
+    CHECK(is_sample(a));
+    LogRecord r{UINT64_MAX, 0, a, 0, SIZE_MAX, StreamId{0}, AllocTag{0}};  // the longest line
+    r.time_ns = ((23LL * 60 + 59) * 60 + 59) * 1'000'000'000LL + 999'999'000;
+    char line[detail::LOG_LINE_MAX];
+    const std::size_t n = detail::format_log_line(r, 0, line);
+    const std::string l(line, n);
+    CHECK(l == "18446744073709551615,23:59:59.999999," + std::string(text) + ",0x0,18446744073709551615,0,0\n");
+    auto back = parse_log_line(std::string_view(l).substr(0, n - 1));
+    REQUIRE(back.has_value());
+    CHECK(*back == r);
+    written.push_back(r);
+  }
+  for (auto a : {LogAction::allocate, LogAction::allocate_failure, LogAction::free, LogAction::free_failure}) {
+    CHECK_FALSE(is_sample(a));
+  }
+  // A whole log: allocations and samples interleaved, through log_csv and read_log_csv.
+  written.insert(written.begin(), LogRecord{7, 1'000, LogAction::allocate, 0x100, 512, StreamId{1}, AllocTag{2}});
+  written.push_back(LogRecord{7, 2'000, LogAction::free, 0x100, 512, StreamId{1}, AllocTag{2}});
+  // log_csv writes the local time of day, which reads back as such: compare the rest.
+  std::istringstream in(detail::log_csv(written));
+  auto parsed = read_log_csv(in);
+  REQUIRE(parsed.has_value());
+  REQUIRE(parsed->size() == written.size());
+  for (std::size_t i = 0; i < written.size(); ++i) {
+    CHECK((*parsed)[i].action == written[i].action);
+    CHECK((*parsed)[i].bytes == written[i].bytes);
+    CHECK((*parsed)[i].ptr == written[i].ptr);
+  }
+  // A log written before samples existed reads as it did; an unknown action is still refused.
+  std::istringstream old(std::string(LOG_CSV_HEADER) + "\n1,00:00:00.000001,allocate,0x10,64,0,3\n"
+                                                       "1,00:00:00.000002,free,0x10,64,0,3\n");
+  auto o = read_log_csv(old);
+  REQUIRE(o.has_value());
+  CHECK(o->size() == 2);
+  CHECK(parse_log_line("1,10:30:45.1,sample,0x0,1,0,0").error().code() == errc::invalid_argument);
+  CHECK(parse_log_line("1,10:30:45.1,sample heldx,0x0,1,0,0").error().code() == errc::invalid_argument);
+}
+
+TEST_CASE("Logging samples the stack on its clock: at the first record, then once a period", "[logging]") {
+  using namespace std::chrono_literals;
+  // SyncSpy's bytes_outstanding() is its live bytes (its frees are synchronous).
+  auto churn = [](auto& log, int n) {
+    for (int i = 0; i < n; ++i) {
+      auto b = log.allocate(64, StreamId{0}, AllocTag{1});
+      REQUIRE(b.has_value());
+      REQUIRE(log.deallocate(std::move(*b)).has_value());
+    }
+  };
+  auto samples_in = [](const RingSink& ring) {
+    std::vector<LogRecord> out;
+    for (const auto& r : ring.records()) {
+      if (is_sample(r.action)) out.push_back(r);
+    }
+    return out;
+  };
+  SECTION("a period longer than the run: one sample, after the first record") {
+    Logging<SyncSpy, RingSink> log{SyncSpy{}, RingSink(256, std::chrono::hours(1))};
+    churn(log, 50);
+    const auto recs = log.sink().records();
+    REQUIRE(recs.size() == 101);
+    CHECK(recs[0].action == LogAction::allocate);
+    CHECK(recs[1].action == LogAction::sample_held);  // the spy reports only bytes_outstanding()
+    CHECK(recs[1].bytes == 64);                        // the block just allocated
+    CHECK(recs[1].time_ns == recs[0].time_ns);
+    CHECK(recs[1].thread == recs[0].thread);
+  }
+  SECTION("a period of a microsecond: samples all along") {
+    Logging<SyncSpy, RingSink> log{SyncSpy{}, RingSink(4096, 1us)};
+    churn(log, 200);
+    std::this_thread::sleep_for(2ms);
+    churn(log, 1);
+    const auto s = samples_in(log.sink());
+    CHECK(s.size() >= 2);
+    CHECK(s.size() <= 401);
+    for (const auto& r : s) CHECK((r.bytes == 0 || r.bytes == 64));
+  }
+  SECTION("no period: none on its own, one when asked; none from an inactive sink") {
+    Logging<SyncSpy, RingSink> log{SyncSpy{}, RingSink(256)};
+    churn(log, 50);
+    CHECK(samples_in(log.sink()).empty());
+    auto b = log.allocate(100, StreamId{0}, AllocTag{1});
+    REQUIRE(b.has_value());
+    log.sample();
+    const auto s = samples_in(log.sink());
+    REQUIRE(s.size() == 1);
+    CHECK(s[0].bytes == 100);
+    REQUIRE(log.deallocate(std::move(*b)).has_value());
+
+    Logging<PlainSpy> off{PlainSpy{}};
+    off.sample();  // no file: nothing, and no crash
+    CHECK_FALSE(off.sink().active());
+  }
+  SECTION("a stream sink samples every 10 ms by default") {
+    CHECK(LogSinkOptions{}.sample_every == 10ms);
+    std::ostringstream out;
+    {
+      auto sink = OStreamSink::open(out);
+      REQUIRE(sink.has_value());
+      Logging<PlainSpy, OStreamSink> log{PlainSpy{}, std::move(*sink)};
+      churn(log, 10);
+      REQUIRE(log.flush().has_value());
+    }
+    std::istringstream in(out.str());
+    auto parsed = read_log_csv(in);
+    REQUIRE(parsed.has_value());
+    REQUIRE(parsed->size() >= 21);
+    CHECK((*parsed)[1].action == LogAction::sample_held);
+  }
+}
+
 TEST_CASE("a ring sink keeps the last records", "[logging]") {
   RingSink ring(4);
   for (std::uint64_t i = 1; i <= 10; ++i) ring.write(LogRecord{1, 0, LogAction::free, i, 1, {}, {}});
@@ -220,8 +350,16 @@ TEST_CASE("8 threads logging to a stream: the CSV parses back with every record"
   std::string header;
   std::getline(in, header);
   CHECK(header == LOG_CSV_HEADER);
-  auto log = read_log_csv(in);
-  REQUIRE(log.has_value());
+  auto parsed = read_log_csv(in);
+  REQUIRE(parsed.has_value());
+  // The stream sink samples the stack every 10 ms by default: at least once, at the
+  // first record, each sample a `sample held` line (the upstream reports only that).
+  auto [records, samples] = without_samples(*parsed);
+  const auto* log = &records;
+  CHECK(samples >= 1);
+  for (const auto& r : *parsed) {
+    if (is_sample(r.action)) CHECK(r.action == LogAction::sample_held);
+  }
   REQUIRE(log->size() == std::size_t{THREADS} * ROUNDS * 2);
   std::map<std::uint32_t, int> per_tag;
   std::set<std::uint64_t> os_threads;
@@ -245,11 +383,13 @@ TEST_CASE("8 threads logging to a file: every record is there", "[logging][threa
     CHECK(hammer(log, THREADS, ROUNDS) == 0);
   }  // destruction drains and closes
   std::ifstream in(path);
-  auto log = read_log_csv(in);
+  auto parsed = read_log_csv(in);
   std::remove(path.c_str());
-  REQUIRE(log.has_value());
-  CHECK(log->size() == std::size_t{THREADS} * ROUNDS * 2);
-  check_alternation(*log);
+  REQUIRE(parsed.has_value());
+  const auto [log, samples] = without_samples(*parsed);
+  CHECK(samples >= 1);
+  CHECK(log.size() == std::size_t{THREADS} * ROUNDS * 2);
+  check_alternation(log);
 
   auto missing = FileSink::open("/nonexistent-dir/x.csv");
   REQUIRE_FALSE(missing);
@@ -269,7 +409,7 @@ TEST_CASE("a failing sink never fails an allocation; it counts what it drops", "
   // A stream that breaks after the header.
   BreakableBuf buf;
   std::ostream os(&buf);
-  auto s2 = OStreamSink::open(os);
+  auto s2 = OStreamSink::open(os, LogSinkOptions{.sample_every = {}});  // 20 records, no sample
   REQUIRE(s2.has_value());
   Logging<SyncSpy, OStreamSink> log{SyncSpy{}, std::move(*s2)};
   buf.broken = true;

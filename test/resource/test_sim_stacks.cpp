@@ -2,7 +2,7 @@
 // The decorators on SimDriver-backed stacks (the conformance suite runs every stack of
 // the registry in test_conformance_sim.cpp): AnyResource refusing tracking over a
 // non-tracking stack, DebugGuard catching a simulated kernel's out-of-bounds write, and
-// Budget exact over AsyncCuda under threads.
+// Budget exact over AsyncCuda under threads, Logging's samples of what the stack holds.
 
 #include "conformance.hpp"
 #include "stack_registry.hpp"
@@ -19,6 +19,7 @@
 #include <span>
 #include <atomic>
 #include <thread>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -204,4 +205,133 @@ TEST_CASE("the default stack names XLOGRT_LOG_FILE in its errors, escapes the pa
   auto on_fifo = f.get();
   REQUIRE_FALSE(on_fifo);
   CHECK_THAT(on_fifo.error().message(), Catch::StartsWith("XLOGRT_LOG_FILE: ") && Catch::Contains("a FIFO"));
+}
+
+namespace {
+
+/// What the last sample of a ring holds, and the live bytes its allocate and free lines
+/// give up to then (the blocks as granted).
+struct LoggedSample {
+  std::size_t live = 0;
+  std::optional<std::size_t> held, cached, queued, pool_reserved, pool_used;
+};
+
+LoggedSample last_sample(const RingSink& ring) {
+  LoggedSample out;
+  for (const auto& r : ring.records()) {
+    switch (r.action) {
+      case LogAction::allocate: out.live += r.bytes; break;
+      case LogAction::free: out.live -= r.bytes; break;
+      case LogAction::sample_held:  // a sample starts with its held line: forget the last one's
+        out.held = r.bytes;
+        out.cached = out.queued = out.pool_reserved = out.pool_used = std::nullopt;
+        break;
+      case LogAction::sample_cached: out.cached = r.bytes; break;
+      case LogAction::sample_queued: out.queued = r.bytes; break;
+      case LogAction::sample_pool_reserved: out.pool_reserved = r.bytes; break;
+      case LogAction::sample_pool_used: out.pool_used = r.bytes; break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Logging over the cache samples held = live + cached + queued at a quiet point, by layer",
+          "[sim][logging]") {
+  // Manual executor: a queued free stays queued until reap_pending.
+  SimDriver sim{SimConfig{.executor = SimExecutor::manual}};
+  Rig<Entry<Logging<Cached<AsyncCuda<SimDriver>>, RingSink>>> rig(sim);
+  auto& log = *rig.stack;
+  auto& cache = *find_layer<Cached>(log);
+  auto& base = *find_layer<AsyncCuda>(log);
+  std::vector<DeviceBlock> held;
+  // Thread-bin sizes, shared-class sizes and one above max_block_bytes (1 MiB), which
+  // bypasses the cache: its free is queued at the base.
+  for (std::size_t bytes : {1000, 5000, 70'000, 300'000, 3 << 20}) {
+    for (std::uint32_t s = 0; s < 2; ++s) {
+      for (int k = 0; k < 2; ++k) {
+        auto b = log.allocate(bytes, StreamId{s}, AllocTag{7});
+        REQUIRE(b.has_value());
+        held.push_back(std::move(*b));
+      }
+    }
+  }
+  for (std::size_t i = 0; i < held.size(); i += 2) REQUIRE(log.deallocate(std::move(held[i])).has_value());
+
+  log.sample();
+  auto s = last_sample(log.sink());
+  REQUIRE(s.held.has_value());
+  REQUIRE(s.cached.has_value());
+  REQUIRE(s.queued.has_value());
+  CHECK_FALSE(s.pool_reserved.has_value());  // SimDriver reports no pool counters
+  CHECK_FALSE(s.pool_used.has_value());
+  INFO("live " << s.live << ", held " << *s.held << ", cached " << *s.cached << ", queued " << *s.queued);
+  CHECK(s.live > 0);
+  CHECK(*s.cached == cache.stats().cached_bytes);
+  CHECK(*s.cached > 0);
+  CHECK(*s.queued == base.queued_free_bytes());
+  CHECK(*s.queued >= (std::size_t{3} << 20) * 2);  // the two bypassed blocks freed
+  CHECK(*s.held == base.bytes_outstanding());
+  CHECK(*s.held >= s.live);
+  CHECK(*s.held == s.live + *s.cached + *s.queued);
+
+  // Reaped: nothing queued. Trimmed: the cache's blocks become queued frees, then go.
+  REQUIRE(log.reap_pending().has_value());
+  log.sample();
+  s = last_sample(log.sink());
+  CHECK(*s.queued == 0);
+  CHECK(*s.held == s.live + *s.cached);
+  const std::size_t was_cached = *s.cached;
+  CHECK(cache.trim() == was_cached);
+  log.sample();
+  s = last_sample(log.sink());
+  CHECK(*s.cached == 0);
+  CHECK(*s.queued == was_cached);
+  CHECK(*s.held == s.live + was_cached);
+
+  for (auto& b : held) {
+    if (!b.empty()) REQUIRE(log.deallocate(std::move(b)).has_value());
+  }
+  (void)cache.trim();
+  REQUIRE(log.reap_pending().has_value());
+  log.sample();
+  s = last_sample(log.sink());
+  CHECK(s.live == 0);
+  CHECK(*s.held == 0);
+  CHECK(*s.cached == 0);
+  CHECK(*s.queued == 0);
+}
+
+TEST_CASE("Logging over a stack without a cache samples what it has: held and queued, or held alone",
+          "[sim][logging]") {
+  SimDriver sim{SimConfig{.executor = SimExecutor::manual}};
+  SECTION("AsyncCuda: held and queued, no cached line") {
+    Rig<Entry<Logging<AsyncCuda<SimDriver>, RingSink>>> rig(sim);
+    auto& log = *rig.stack;
+    auto a = log.allocate(4096, StreamId{0}, AllocTag{1});
+    auto b = log.allocate(8192, StreamId{1}, AllocTag{1});
+    REQUIRE((a && b));
+    REQUIRE(log.deallocate(std::move(*a)).has_value());
+    log.sample();
+    const auto s = last_sample(log.sink());
+    CHECK(s.live == 8192);
+    CHECK(s.held == std::optional<std::size_t>{8192 + 4096});
+    CHECK(s.queued == std::optional<std::size_t>{4096});
+    CHECK_FALSE(s.cached.has_value());
+    REQUIRE(log.deallocate(std::move(*b)).has_value());
+  }
+  SECTION("DirectCuda: held alone") {
+    Rig<Entry<Logging<DirectCuda<SimDriver>, RingSink>>> rig(sim);
+    auto& log = *rig.stack;
+    auto a = log.allocate(4096, StreamId{0}, AllocTag{1});
+    REQUIRE(a.has_value());
+    log.sample();
+    const auto s = last_sample(log.sink());
+    CHECK(s.held == std::optional<std::size_t>{4096});
+    CHECK_FALSE(s.queued.has_value());
+    CHECK_FALSE(s.cached.has_value());
+    REQUIRE(log.deallocate(std::move(*a)).has_value());
+  }
 }

@@ -3,8 +3,10 @@
 """The memory timeline page in a real browser: headless Chromium opens the page made from
 a log this test generates, runs its script, and the rendered DOM must show the peak the
 generator accounted, the number of tags, the blocks live at the peak (largest first), a
-mark per failed allocation and a lane per stream. A screenshot is saved for people to
-look at.
+mark per failed allocation, a lane per stream, and what the stack held beside the live
+bytes (the log has sample lines: the cached and queued areas, the pool reserve line,
+their legend, the held peak). A page of a log without samples still draws and
+says so. A screenshot is saved for people to look at.
 
 usage: browser_check.py OUTDIR   (exit 77, Meson's SKIP, when Chromium is missing)
 """
@@ -31,6 +33,7 @@ class Dom(html.parser.HTMLParser):
     def __init__(self):
         super().__init__()
         self.by_id, self.rows, self.failure_marks, self.lanes, self.tag_areas = {}, [], 0, [], 0
+        self.held_paths, self.held_legend = [], []
         self.root = {}
         self._in_live = False
 
@@ -49,6 +52,10 @@ class Dom(html.parser.HTMLParser):
             self.failure_marks += 1
         if tag == "path" and cls == "tag-area":
             self.tag_areas += 1
+        if tag == "path" and cls in ("held-area", "held-line"):
+            self.held_paths.append(a.get("data-layer"))
+        if tag == "span" and cls == "held-legend":
+            self.held_legend.append(a.get("data-layer"))
         if tag == "svg" and cls == "lane":
             self.lanes.append(a["data-stream"])
 
@@ -60,7 +67,8 @@ class Dom(html.parser.HTMLParser):
 def live_after(lines, record):
     """The addresses live after record `record` (0-based, header excluded) of `lines`."""
     live = set()
-    for text in lines[1:record + 2]:
+    records = [text for text in lines[1:] if ",sample " not in text]
+    for text in records[:record + 1]:
         f = text.split(",")
         if f[2] == "allocate":
             live.add(int(f[3], 16))
@@ -93,14 +101,20 @@ def main(argv):
     log_path = os.path.join(outdir, "memviz_check.csv")
     page_path = os.path.join(outdir, "memviz_check.html")
     shot = os.path.join(outdir, "memviz_check.png")
-    lines, want = generate(6000, seed=7, threads=4, tags_per_thread=2, window=10, fail_every=211)
+    lines, want = generate(6000, seed=7, threads=4, tags_per_thread=2, window=10, fail_every=211, sample_every=40,
+                           cache_bytes=2 << 20)
     with open(log_path, "w") as f:
         f.write("\n".join(lines) + "\nthis line is malformed\n")
-    r = subprocess.run([sys.executable, MEMVIZ, log_path, "-o", page_path], capture_output=True, text=True)
-    print(r.stdout + r.stderr)
-    if r.returncode != 0:
-        print(f"browser_check: memviz failed ({r.returncode})")
-        return 1
+    plain_log, plain_page = os.path.join(outdir, "memviz_check_plain.csv"), os.path.join(outdir, "memviz_check_plain.html")
+    plain, _ = generate(1500, seed=8, threads=2)
+    with open(plain_log, "w") as f:
+        f.write("\n".join(plain) + "\n")
+    for src, dst in ((log_path, page_path), (plain_log, plain_page)):
+        r = subprocess.run([sys.executable, MEMVIZ, src, "-o", dst], capture_output=True, text=True)
+        print(r.stdout + r.stderr)
+        if r.returncode != 0:
+            print(f"browser_check: memviz failed ({r.returncode})")
+            return 1
 
     failures = []
 
@@ -121,6 +135,9 @@ def main(argv):
         r = run_browser(browser, profile, "--dump-dom", url + "#span=500")
         at = Dom()
         at.feed(r.stdout)
+        r = run_browser(browser, profile, "--dump-dom", "file://" + plain_page)
+        no_samples = Dom()
+        no_samples.feed(r.stdout)
         r2 = run_browser(browser, profile, f"--screenshot={shot}", url)
         check(r2.returncode == 0 and os.path.getsize(shot) > 10_000 if os.path.exists(shot) else False,
               f"a screenshot is saved: {shot}")
@@ -143,6 +160,16 @@ def main(argv):
     check(dom.failure_marks == want["failures"], f"{want['failures']} failure marks (page: {dom.failure_marks})")
     check(sorted(dom.lanes) == sorted(f"stream {s}" for s in want["streams"]), f"a lane per stream (page: {dom.lanes})")
     check(dom.by_id.get("failure-total", {}).get("data-count") == str(want["failures"]), "the failures are counted")
+
+    layers = ["cached", "queued", "reserved"]
+    check(dom.held_paths == layers, f"the held layers are drawn: {layers} (page: {dom.held_paths})")
+    check(dom.held_legend == layers, f"and named in the legend (page: {dom.held_legend})")
+    held_peak = dom.by_id.get("held-peak", {}).get("data-bytes")
+    check(held_peak == str(want["held_peak"]), f"the held peak is {want['held_peak']} bytes (page: {held_peak})")
+    check(no_samples.root.get("data-memviz") == "ready" and "page-error" not in no_samples.by_id,
+          "a log without samples draws its page")
+    check(no_samples.held_paths == [] and "held-absent" in no_samples.by_id,
+          "and says that what the stack held is not known")
 
     # Another moment, as a click on the timeline picks it: the page lists what the log
     # says was live after the record it names.

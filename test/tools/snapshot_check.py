@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """A LiveBlocks snapshot opens in tools/memviz: write_snapshot (C++, on SimDriver) dumps
 the live blocks when an allocation fails and prints what they are; the page made from
-the dump must show those blocks, their bytes, tags and streams, and the failure.
+the dump must show those blocks, their bytes, tags and streams, the failure, and what
+the stack held then (its sample: held and queued frees, held above the live bytes).
 
 usage: snapshot_check.py WRITE_SNAPSHOT OUTDIR
 """
@@ -33,11 +34,15 @@ def main(argv):
     tl = timeline.build(log)
     got = {"bytes": tl.peak_bytes, "blocks": len(tl.peak_blocks),
            "failure_bytes": tl.failures[0][2] if len(tl.failures) == 1 else None,
-           "tags": len(tl.tags), "streams": len(tl.streams)}
+           "tags": len(tl.tags), "streams": len(tl.streams),
+           "held": tl.held.peak if tl.held else None, "queued": tl.held.peak_queued if tl.held else None}
     page = subprocess.run([sys.executable, os.path.join(TOOL, "memviz.py"), csv, "-o",
                            os.path.join(outdir, "memviz_snapshot.html")], capture_output=True, text=True)
     print(page.stdout + page.stderr)
     problems = [f"{k}: snapshot says {want[k]}, memviz found {got[k]}" for k in want if got[k] != want[k]]
+    if tl.held and not (tl.held.peak > tl.peak_bytes and tl.held.peak_live == want["bytes"]):
+        problems.append(f"held {tl.held.peak} with live {tl.held.peak_live}: expected more than the "
+                        f"{want['bytes']} live bytes (frees are queued)")
     if log.problems:
         problems.append(f"{len(log.problems)} lines of the snapshot did not parse")
     if tl.end_bytes != want["bytes"]:

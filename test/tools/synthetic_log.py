@@ -8,6 +8,12 @@ generator keeps its own account (a dict of live blocks, updated per line), indep
 tools/memviz, and reports the peak, the blocks live at its first moment, the tags and
 streams and the failures.
 
+With `sample_every` it also writes, every that many records, the sample lines Logging
+writes (held, cached, queued, pool reserved and used) of a simulated stack: a cache that
+keeps freed bytes up to `cache_bytes` and serves allocations from them, the frees beyond
+it queued until the next sample, a pool that reserves in 2 MiB steps and keeps what it
+reserved. Its account adds the peak held, the figures at it and the number of samples.
+
 usage: synthetic_log.py OUT.csv [records=1000000] [seed=1]   (the account is skipped)
 """
 
@@ -23,7 +29,7 @@ def tod(us):
 
 
 def generate(records, seed=1, threads=4, tags_per_thread=2, window=24, fail_every=0, start_us=36_000_000_000,
-             account=True):
+             account=True, sample_every=0, cache_bytes=4 << 20):
     """Returns (lines, expected); expected is None without `account`."""
     rng = random.Random(seed)
     lines = [HEADER]
@@ -36,6 +42,21 @@ def generate(records, seed=1, threads=4, tags_per_thread=2, window=24, fail_ever
     tags, streams = set(), set()
     t = start_us
     n = 0
+    cached = queued = reserved = 0
+    samples, held_peak, at_held_peak = 0, -1, None
+
+    def sample(thread_id):
+        nonlocal queued, reserved, samples, held_peak, at_held_peak
+        held = total + cached + queued
+        reserved = max(reserved, (held + (2 << 20) - 1) // (2 << 20) * (2 << 20))
+        for kind, v in (("held", held), ("cached", cached), ("queued", queued),
+                        ("pool reserved", reserved), ("pool used", held)):
+            lines.append(f"{thread_id},{tod(t)},sample {kind},0x0,{v},0,0")
+        samples += 1
+        if held > held_peak:
+            held_peak, at_held_peak = held, {"live": total, "cached": cached, "queued": queued, "reserved": reserved}
+        queued = 0  # the frees queued before this sample are complete by the next
+
     while n < records:
         th = rng.randrange(threads)
         thread_id = 4000 + th
@@ -47,6 +68,9 @@ def generate(records, seed=1, threads=4, tags_per_thread=2, window=24, fail_ever
             size, tag, st, _ = live.pop(ptr)
             total -= size
             lines.append(f"{thread_id},{tod(t)},free,{ptr:#x},{size},{st},{tag}")
+            kept = min(size, cache_bytes - cached)
+            cached += kept
+            queued += size - kept
         else:
             size = 256 << rng.randrange(14)
             size += rng.randrange(4) * 256
@@ -62,14 +86,18 @@ def generate(records, seed=1, threads=4, tags_per_thread=2, window=24, fail_ever
                 live[ptr] = (size, tag, stream, thread_id)
                 mine.append(ptr)
                 total += size
+                cached -= min(cached, size)
                 lines.append(f"{thread_id},{tod(t)},allocate,{ptr:#x},{size},{stream},{tag}")
                 if account and total > peak:
                     peak, peak_live = total, dict(live)
         n += 1
+        if sample_every and n % sample_every == 1 % sample_every:  # after the first record, then every sample_every
+            sample(thread_id)
     if not account:
         return lines, None
     return lines, {"peak": peak, "peak_live": peak_live, "tags": tags, "streams": streams, "failures": failures,
-                   "end": sum(v[0] for v in live.values())}
+                   "end": sum(v[0] for v in live.values()), "samples": samples, "held_peak": held_peak,
+                   "at_held_peak": at_held_peak}
 
 
 def main(argv):

@@ -3,7 +3,8 @@
 """tools/memviz without a browser: reading logs (xlogrt's columns, RMM's, headers in any
 order, malformed lines reported with their line numbers and skipped), the peak and the
 blocks live at it on logs whose answer is known, the downsampled series keeping the peak
-exact, and the command line's exit status, summary and page."""
+exact, what the stack held from the log's sample lines (and a log without them as
+before), and the command line's exit status, summary and page."""
 
 import io
 import os
@@ -261,6 +262,125 @@ class Synthetic(unittest.TestCase):
         self.assertEqual(max(tl.series.high), want["peak"])
 
 
+def sample_lines(thread, us, held, cached=None, queued=None, reserved=None, used=None):
+    out = [line(thread, us, "sample held", 0, held, 0, 0)]
+    for kind, v in (("cached", cached), ("queued", queued), ("pool reserved", reserved), ("pool used", used)):
+        if v is not None:
+            out.append(line(thread, us, f"sample {kind}", 0, v, 0, 0))
+    return out
+
+
+class Held(unittest.TestCase):
+    """What the stack held, from the sample lines Logging writes."""
+
+    def known(self):
+        return log_of(HEADER,
+                      line(1, 0, "allocate", 0x1000, 1000, 0, 1),                            # record 0
+                      *sample_lines(1, 0, 1000 + 4096, cached=4096, queued=0, reserved=1 << 21, used=5096),
+                      line(1, 100, "allocate", 0x2000, 3000, 0, 1),                          # record 1
+                      line(1, 200, "free", 0x1000, 1000, 0, 1),                              # record 2
+                      *sample_lines(1, 200, 3000 + 1000 + 500 + 8192, cached=1000, queued=8192 + 500,
+                                    reserved=1 << 21, used=12692),                           # the held peak
+                      line(1, 300, "free", 0x2000, 3000, 0, 1),                              # record 3
+                      line(1, 999, "allocate", 0x3000, 10, 0, 1),                            # record 4
+                      *sample_lines(1, 999, 10 + 4000, cached=4000, queued=0, reserved=1 << 22, used=4010))
+
+    def test_sample_lines_are_kept_apart_from_the_records(self):
+        log = self.known()
+        self.assertEqual(log.problems, [])
+        self.assertEqual(len(log), 5)  # the allocations and frees alone
+        self.assertEqual(log.action, [memlog.ALLOCATE, memlog.ALLOCATE, memlog.FREE, memlog.FREE, memlog.ALLOCATE])
+        self.assertEqual(len(log.samples), 15)
+        first = log.samples[0]
+        self.assertEqual((first.after, first.kind, first.value, first.line), (1, "held", 5096, 3))
+        self.assertEqual([x.kind for x in log.samples[:5]], ["held", "cached", "queued", "reserved", "used"])
+        self.assertEqual(log.samples[5].after, 3)
+        self.assertEqual(log.samples[-1].after, 5)
+
+    def test_the_held_peak_and_what_it_is_made_of(self):
+        tl = timeline.build(self.known(), spans=10)
+        h = tl.held
+        self.assertIsNotNone(h)
+        self.assertEqual(h.points, 3)
+        self.assertEqual(h.kinds, ["held", "cached", "queued", "reserved", "used"])
+        self.assertEqual(h.peak, 12692)
+        self.assertEqual(h.peak_time_us, 200)
+        self.assertEqual(h.peak_line, 10)
+        self.assertEqual(h.peak_live, 3000)  # after record 2: the log's own live bytes
+        self.assertEqual((h.peak_cached, h.peak_queued, h.peak_reserved), (1000, 8692, 1 << 21))
+        self.assertEqual(h.reserved_peak, 1 << 22)
+        self.assertEqual(tl.peak_bytes, 4000)  # the live peak is as without samples
+        # Per span (100 us each): the sample in the span, else the last one before it.
+        self.assertEqual(h.held, [5096, 5096, 12692, 12692, 12692, 12692, 12692, 12692, 12692, 4010])
+        self.assertEqual(h.cached, [4096, 4096, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 4000])
+        self.assertEqual(h.reserved[-1], 1 << 22)
+
+    def test_before_the_first_sample_the_figures_are_unknown_and_a_missing_figure_is_absent(self):
+        log = log_of(HEADER, line(1, 0, "allocate", 0x1000, 64, 0, 1), line(1, 500, "allocate", 0x2000, 64, 0, 1),
+                     *sample_lines(1, 500, 128), line(1, 999, "free", 0x2000, 64, 0, 1))
+        h = timeline.build(log, spans=4).held
+        self.assertEqual(h.kinds, ["held"])  # a stack without a cache, on a driver without pool counters
+        self.assertEqual(h.held, [None, None, 128, 128])
+        self.assertEqual(h.cached, [None] * 4)
+        self.assertIsNone(h.peak_cached)
+        self.assertIsNone(h.reserved_peak)
+        self.assertIn("peak held 128 B (128 B), held/live 1.000", memviz.held_line(timeline.build(log)))
+
+    def test_a_log_without_samples_has_no_held_figures(self):
+        tl = timeline.build(Peak().known())
+        self.assertIsNone(tl.held)
+        self.assertIn("not in the log", memviz.held_line(tl))
+        self.assertIsNone(page.figures(tl, Peak().known(), "x.csv")["held"])
+
+    def test_a_bad_sample_line_is_reported_and_skipped(self):
+        log = log_of(HEADER, line(1, 0, "allocate", 0x1000, 64, 0, 1), "1,10:00:00.000001,sample held,0x0,lots,0,0",
+                     "1,10:00:00.000002,sample heap,0x0,1,0,0")
+        self.assertEqual([p.line for p in log.problems], [3, 4])
+        self.assertIn("Size", log.problems[0].message)
+        self.assertIn("sample held", log.problems[1].message)  # the message lists the known actions
+        self.assertEqual(log.samples, [])
+
+    def test_against_the_generator_with_samples(self):
+        for seed, records, every in ((1, 3000, 50), (2, 5000, 7), (3, 800, 1)):
+            with self.subTest(seed=seed):
+                lines, want = generate(records, seed, threads=4, fail_every=31, sample_every=every)
+                plain, _ = generate(records, seed, threads=4, fail_every=31)
+                log = memlog.read_lines(io.StringIO("\n".join(lines)))
+                self.assertEqual(log.problems, [])
+                tl = timeline.build(log, spans=300)
+                ref = timeline.build(memlog.read_lines(io.StringIO("\n".join(plain))), spans=300)
+                # The records and every figure of them are as in the same log without samples.
+                self.assertEqual((tl.peak_bytes, tl.peak_record, tl.end_bytes), (ref.peak_bytes, ref.peak_record,
+                                                                                ref.end_bytes))
+                self.assertEqual(tl.series.high, ref.series.high)
+                h = tl.held
+                self.assertEqual(h.points, want["samples"])
+                self.assertEqual(h.peak, want["held_peak"])
+                at = want["at_held_peak"]
+                self.assertEqual((h.peak_live, h.peak_cached, h.peak_queued, h.peak_reserved),
+                                 (at["live"], at["cached"], at["queued"], at["reserved"]))
+                if every == 1:  # sampled after every record: held = live + cached + queued >= live, always
+                    self.assertGreaterEqual(h.peak, tl.peak_bytes)
+                self.assertEqual(max(v for v in h.held if v is not None), h.peak)  # no span loses the peak
+                for k in range(300):  # the generator writes every figure: all known, or none yet
+                    self.assertEqual(h.held[k] is None, h.cached[k] is None)
+
+    def test_the_page_carries_the_held_series_and_the_summary_says_it(self):
+        lines, want = generate(2000, 9, threads=3, sample_every=25)
+        log = memlog.read_lines(io.StringIO("\n".join(lines)))
+        tl = timeline.build(log, spans=200)
+        f = page.figures(tl, log, "s.csv")["held"]
+        self.assertEqual(f["peak"], want["held_peak"])
+        self.assertEqual(len(f["held"]), 200)
+        self.assertEqual(len(f["cached"]), 200)
+        self.assertAlmostEqual(f["ratio"], want["held_peak"] / want["peak"])
+        text = memviz.summary(tl, log, "s.csv")
+        self.assertIn(f"peak live {memviz.fmt_bytes(want['peak'])} ({want['peak']} B)", text)
+        self.assertIn(f"peak held {memviz.fmt_bytes(want['held_peak'])} ({want['held_peak']} B)", text)
+        self.assertIn(f"held/live {want['held_peak'] / want['peak']:.3f}", text)
+        self.assertIn(f"{want['samples']} samples", text)
+
+
 class CommandLine(unittest.TestCase):
     def run_main(self, text, *extra):
         with tempfile.TemporaryDirectory() as d:
@@ -288,6 +408,18 @@ class CommandLine(unittest.TestCase):
         self.assertIn('"peak":{"bytes":4096', html)
         self.assertNotIn("@FIGURES@", html)
         self.assertNotIn("http://", html.replace("http://www.w3.org/2000/svg", ""))  # nothing fetched
+
+    def test_a_log_with_samples_and_one_without_both_give_a_page(self):
+        lines, want = generate(600, 3, threads=2, sample_every=20)
+        rc, out, err, html = self.run_main("\n".join(lines) + "\n")
+        self.assertEqual((rc, err), (0, ""))
+        self.assertIn(f"peak held {memviz.fmt_bytes(want['held_peak'])}", out)
+        self.assertIn('"held":{"points":', html)
+        plain, _ = generate(600, 3, threads=2)
+        rc, out, err, html = self.run_main("\n".join(plain) + "\n")
+        self.assertEqual((rc, err), (0, ""))
+        self.assertIn("held by the stack: not in the log", out)
+        self.assertIn('"held":null', html)
 
     def test_a_file_without_records_is_an_error(self):
         rc, out, err, html = self.run_main("not a log\nat all\n")

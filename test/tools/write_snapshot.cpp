@@ -2,7 +2,8 @@
 // Writes a LiveBlocks snapshot taken on SimDriver when an allocation fails, for
 // snapshot_check.py to open with tools/memviz: a few blocks of three tags on four
 // streams, some freed, then a request larger than the simulated device. Prints what the
-// snapshot must show as one line of JSON.
+// snapshot must show as one line of JSON, with what the stack held then (the blocks and
+// the frees queued: the snapshot's sample).
 //
 // usage: write_snapshot OUT.csv
 
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const auto snap = stack.snapshot();
+  const std::size_t held_then = stack.bytes_outstanding(), queued_then = stack.upstream().queued_free_bytes();
   if (auto w = snap.save(argv[1]); !w) {
     std::fprintf(stderr, "write_snapshot: %s\n", w.error().what().c_str());
     return 1;
@@ -59,8 +61,9 @@ int main(int argc, char** argv) {
     tags.insert(b.tag().value);
     streams.insert(b.alloc_stream().value);
   }
-  std::printf("{\"bytes\": %zu, \"blocks\": %zu, \"failure_bytes\": %zu, \"tags\": %zu, \"streams\": %zu}\n", bytes,
-              blocks, too_much, tags.size(), streams.size());
+  std::printf("{\"bytes\": %zu, \"blocks\": %zu, \"failure_bytes\": %zu, \"tags\": %zu, \"streams\": %zu, "
+              "\"held\": %zu, \"queued\": %zu}\n",
+              bytes, blocks, too_much, tags.size(), streams.size(), held_then, queued_then);
   for (auto& b : held) {
     if (!b.empty()) (void)stack.deallocate(std::move(b));
   }

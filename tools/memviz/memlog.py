@@ -10,6 +10,19 @@ writes:
     Thread,Time,Action,Pointer,Size,Stream,Tag
     140573312345856,10:30:45.123456,allocate,0x7f8a40000000,1024,2,5
 
+Samples. xlogrt's Logging also writes, on a clock, what the stack below it holds: a run
+of lines at one moment, one per figure, the figure in Size (Pointer, Stream and Tag 0):
+
+    140573312345856,10:30:45.130001,sample held,0x0,7340032,0,0
+    140573312345856,10:30:45.130001,sample cached,0x0,2097152,0,0
+
+`sample held` (the base resource's bytes from the device: live, cached and queued),
+`sample cached` (a caching layer's idle blocks), `sample queued` (frees queued on
+streams, not yet known complete), `sample pool reserved` and `sample pool used` (the
+driver pool's counters). They are kept apart from the records (Log.samples), each with
+the number of records read before it, so that the records stay allocations and frees
+and a log without samples (an older one, RMM's) reads exactly as before.
+
 A malformed line is reported with its line number and skipped; it never stops the
 reading. Only an unreadable file or a first header that lacks a column is an error
 (LogError).
@@ -20,6 +33,9 @@ from dataclasses import dataclass
 ALLOCATE, ALLOCATE_FAILURE, FREE, FREE_FAILURE = range(4)
 ACTIONS = {"allocate": ALLOCATE, "allocate failure": ALLOCATE_FAILURE,
            "free": FREE, "free failure": FREE_FAILURE}
+# A sample's figures, by their Action text (the names Sample's fields take).
+SAMPLE_KINDS = {"sample held": "held", "sample cached": "cached", "sample queued": "queued",
+                "sample pool reserved": "reserved", "sample pool used": "used"}
 REQUIRED = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
 XLOGRT_COLUMNS = REQUIRED + ("Tag",)
 NO_TAG = -1  # an RMM log: the Tag column is absent
@@ -34,6 +50,18 @@ class LogError(Exception):
 class Problem:
     line: int      # 1-based line number in the file
     message: str
+
+
+@dataclass
+class Sample:
+    """One figure of a sample: `after` the number of records read before its line (it
+    belongs between record after-1 and record after), `time_us` as the records' times,
+    `kind` one of SAMPLE_KINDS' values, `value` the bytes, `line` the line number."""
+    after: int
+    time_us: int
+    kind: str
+    value: int
+    line: int
 
 
 @dataclass
@@ -52,6 +80,11 @@ class Log:
     tag: list
     line: list
     problems: list  # Problem, one per skipped line
+    samples: list = None  # Sample, one per sample line, in file order
+
+    def __post_init__(self):
+        if self.samples is None:
+            self.samples = []
 
     def __len__(self):
         return len(self.action)
@@ -134,9 +167,12 @@ def read_lines(lines):
             if not thread:
                 raise ValueError("empty Thread")
             tod = parse_time_us(f[idx[1]].strip())
-            action = ACTIONS.get(f[idx[2]].strip())
-            if action is None:
-                raise ValueError(f"bad Action {f[idx[2]]!r}: expected one of {', '.join(ACTIONS)}")
+            action_text = f[idx[2]].strip()
+            action = ACTIONS.get(action_text)
+            kind = SAMPLE_KINDS.get(action_text)
+            if action is None and kind is None:
+                raise ValueError(f"bad Action {f[idx[2]]!r}: expected one of "
+                                 f"{', '.join(list(ACTIONS) + list(SAMPLE_KINDS))}")
             ptr = parse_number(f[idx[3]].strip(), "Pointer")
             size = parse_number(f[idx[4]].strip(), "Size")
             stream = f[idx[5]].strip()
@@ -148,6 +184,9 @@ def read_lines(lines):
         if last_tod is not None and tod < last_tod - DAY_US // 2:
             day += 1
         last_tod = tod
+        if kind is not None:
+            log.samples.append(Sample(len(log.action), tod + day * DAY_US, kind, size, line_no))
+            continue
         log.thread.append(thread)
         log.time_us.append(tod + day * DAY_US)
         log.action.append(action)

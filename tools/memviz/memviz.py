@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """memviz: where device memory went. Reads an xlogrt allocation log (Logging's CSV, a
 LiveBlocks snapshot, or RAPIDS RMM's logging_resource_adaptor CSV), prints a short
-summary (peak, top tags, failures) and writes one self-contained HTML page: live bytes
-over time stacked by tag with the peak marked, per-stream lanes, failed allocations on
-the time axis, the blocks live at the peak or at any moment clicked, the totals per tag
-and an allocation-size histogram.
+summary (peak, top tags, failures; peak live, peak held and held/live where the log has
+samples) and writes one self-contained HTML page: live bytes over time stacked by tag
+with the peak marked, above them what the stack held beside them (the cache's idle
+blocks and the queued frees stacked on them, and the pool's reserve, from the log's sample
+lines), per-stream lanes, failed allocations on the time axis, the blocks live at the
+peak or at any moment clicked, the totals per tag and an allocation-size histogram.
 
 usage: memviz.py LOG.csv [-o PAGE.html] [--title TEXT] [--quiet]
 
@@ -50,6 +52,7 @@ def summary(tl, log, source):
     else:
         out.append("  no successful allocation in the log")
     out.append(f"  live at the end: {fmt_bytes(tl.end_bytes)} in {tl.end_blocks} blocks")
+    out.append(held_line(tl))
     if tl.failures:
         r, t, size, ti, si, hi = tl.failures[0]
         out.append(f"  failed allocations: {len(tl.failures)}; the first: {fmt_bytes(size)} ({size} bytes), "
@@ -64,6 +67,28 @@ def summary(tl, log, source):
     if log.problems:
         out.append(f"  malformed lines skipped: {len(log.problems)}")
     return "\n".join(out)
+
+
+def held_line(tl):
+    """The summary's line on what the stack held beside the live bytes."""
+    h = tl.held
+    if h is None or "held" not in h.kinds:
+        return ("  held by the stack: not in the log (no sample lines: an RMM log, an older one, "
+                "or LogSinkOptions::sample_every = 0)")
+    ratio = f"{h.peak / tl.peak_bytes:.3f}" if tl.peak_bytes else "-"
+    parts = [f"live {fmt_bytes(h.peak_live)}"]
+    for name, v in (("cached", h.peak_cached), ("queued", h.peak_queued)):
+        if v is not None:
+            parts.append(f"{name} {fmt_bytes(v)}")
+    rest = h.peak - h.peak_live - (h.peak_cached or 0) - (h.peak_queued or 0)
+    if rest:
+        parts.append(f"other {fmt_bytes(rest)}")
+    line = (f"  held by the stack: peak live {fmt_bytes(tl.peak_bytes)} ({tl.peak_bytes} B), "
+            f"peak held {fmt_bytes(h.peak)} ({h.peak} B), held/live {ratio}; at the held peak "
+            f"(+{h.peak_time_us / 1e6:.6f} s, log line {h.peak_line}): {' + '.join(parts)}")
+    if h.reserved_peak is not None:
+        line += f"; pool reserved peak {fmt_bytes(h.reserved_peak)} ({h.reserved_peak} B)"
+    return line + f"; {h.points} sample{'' if h.points == 1 else 's'}"
 
 
 def main(argv=None):

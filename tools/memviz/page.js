@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The memory timeline page's script: draws the embedded figures as inline SVG, decodes
 // the embedded blocks (gzip-compressed JSON, see page.py) and lists the blocks live at
-// the peak or at the moment the reader picks. No network, no library.
+// the peak or at the moment the reader picks. Where the log has samples (F.held), what
+// the stack held beside the live bytes is drawn over them: the cache's idle blocks and
+// the queued frees of each span's sample stacked on the span's live bytes (so the top of
+// the stack is what the stack held: live + cached + queued), and the pool's reserve as a
+// line. The base resource's own held count is in the tooltip and the summary. No network,
+// no library.
 "use strict";
 
 const F = JSON.parse(document.getElementById("memviz-figures").textContent);
@@ -9,6 +14,12 @@ const SVGNS = "http://www.w3.org/2000/svg";
 const COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2",
                 "#ff9da6", "#9d755d", "#3f8f8f"];
 const OTHER_COLOR = "#bab0ac";
+// What the stack holds beside the live bytes: areas stacked on them, then lines.
+const HELD_LAYERS = [
+  {key: "cached", label: "cached (idle blocks of the caching layer)", color: "#8c96a8", area: true},
+  {key: "queued", label: "queued frees (base resource, not yet complete)", color: "#d8b365", area: true},
+  {key: "reserved", label: "pool reserved (the driver's pools)", color: "#7b3294", area: false, dash: "6 3"},
+];
 const LIST_ROWS = 50;    // rows of the live-blocks list (the rest are summed in one row)
 const TABLE_ROWS = 200;  // rows of the tag and failure tables
 
@@ -77,9 +88,46 @@ function stepArea(lower, upper, y) {
   return d + "Z";
 }
 
+function stepLine(values, y) {
+  // A per-span series as steps; a null value (no sample yet) breaks the line.
+  let d = "", on = false;
+  for (let k = 0; k < F.series.count; ++k) {
+    const v = values[k];
+    if (v === null || v === undefined) { on = false; continue; }
+    d += `${on ? "L" : "M"}${xOfSpan(k).toFixed(1)},${y(v).toFixed(1)}L${xOfSpan(k + 1).toFixed(1)},${y(v).toFixed(1)}`;
+    on = true;
+  }
+  return d;
+}
+
+// The held layers the log carries, with their tops per span (areas stacked on the live
+// bytes drawn).
+function heldLayers() {
+  if (!F.held) return [];
+  const out = [];
+  let lower = F.series.high.slice();
+  for (const layer of HELD_LAYERS) {
+    if (!F.held.kinds.includes(layer.key)) continue;
+    const values = F.held[layer.key];
+    if (layer.area) {
+      const upper = lower.map((v, k) => v + (values[k] || 0));
+      out.push({...layer, lower, upper, values});
+      lower = upper;
+    } else {
+      out.push({...layer, values});
+    }
+  }
+  return out;
+}
+
 function drawTimeline() {
   const H = 300, top = 24, bottom = 42, ph = H - top - bottom;
-  const ymax = Math.max(1, F.peak.bytes) * 1.1;
+  const held = heldLayers();
+  let top_bytes = F.peak.bytes;
+  for (const l of held) {
+    for (const v of (l.area ? l.upper : l.values)) if (v !== null && v > top_bytes) top_bytes = v;
+  }
+  const ymax = Math.max(1, top_bytes) * 1.1;
   const y = (v) => top + ph - ph * v / ymax;
   const svg = el("svg:svg", {width: W, height: H, id: "timeline"});
   const grid = el("svg:g", {class: "grid"}), axis = el("svg:g", {class: "axis"});
@@ -107,6 +155,15 @@ function drawTimeline() {
     svg.append(path);
     lower = upper;
   });
+  // What the stack held beside them.
+  for (const l of held) {
+    const e = l.area
+      ? el("svg:path", {d: stepArea(l.lower, l.upper, y), fill: l.color, opacity: 0.75, class: "held-area", "data-layer": l.key})
+      : el("svg:path", {d: stepLine(l.values, y), fill: "none", stroke: l.color, "stroke-width": 1.5,
+                        "stroke-dasharray": l.dash, class: "held-line", "data-layer": l.key});
+    e.append(el("svg:title", {}, l.label));
+    svg.append(e);
+  }
   svg.append(axis);
   // The peak.
   if (F.peak.record >= 0) {
@@ -143,6 +200,13 @@ function drawTimeline() {
     F.series.stacks.forEach((s, slot) => {
       if (s[k] > 0) lines.push(`<span class="swatch" style="background:${tagColor(slot)}"></span>${tagLabel(slot)}: ${fmtBytes(s[k])}`);
     });
+    if (F.held && F.held.held[k] !== null) {
+      lines.push(`sampled: <b>${fmtBytes(F.held.held[k])}</b> held by the stack`);
+      for (const l of held) {
+        if (l.values[k] !== null) lines.push(`<span class="swatch" style="background:${l.color}"></span>${l.key === "reserved" ? "pool reserved" : l.key}: ${fmtBytes(l.values[k])}`);
+      }
+      if (F.held.kinds.includes("used") && F.held.used[k] !== null) lines.push(`pool used: ${fmtBytes(F.held.used[k])}`);
+    }
     lines.push("click to list the blocks live then");
     tip.innerHTML = lines.join("<br>");
     tip.style.display = "block";
@@ -156,6 +220,14 @@ function drawTimeline() {
   F.series.stacks.forEach((s, slot) => {
     if (s.some((v) => v > 0)) legend.append(el("span", {}, el("i", {style: `background:${tagColor(slot)}`}), tagLabel(slot)));
   });
+  for (const l of held) {
+    const mark = l.area ? `background:${l.color}` : `background:none;border-top:2px ${l.dash ? "dashed" : "solid"} ${l.color};height:0;vertical-align:3px`;
+    legend.append(el("span", {class: "held-legend", "data-layer": l.key}, el("i", {style: mark}), l.label));
+  }
+  if (!F.held) {
+    legend.append(el("span", {class: "muted", id: "held-absent"},
+                     "(no sample lines in the log: what the stack held beside the live bytes is not known)"));
+  }
 }
 
 function drawLanes() {
@@ -345,6 +417,21 @@ function drawSummary() {
            el("span", {id: "failure-total", "data-count": F.failures.count, class: F.failures.count ? "bad" : ""},
               `${F.failures.count} failed allocations`),
            F.skipped ? el("span", {class: "bad"}, `, ${F.skipped} malformed lines skipped`) : "", ".");
+  const h = F.held;
+  if (h && h.kinds.includes("held")) {
+    const parts = [`live ${fmtBytes(h.peak_live)}`];
+    if (h.peak_cached !== null) parts.push(`cached ${fmtBytes(h.peak_cached)}`);
+    if (h.peak_queued !== null) parts.push(`queued frees ${fmtBytes(h.peak_queued)}`);
+    const rest = h.peak - h.peak_live - (h.peak_cached || 0) - (h.peak_queued || 0);
+    if (rest) parts.push(`other ${fmtBytes(rest)}`);
+    s.append(el("div", {}, "The stack held at most ",
+                el("b", {id: "held-peak", "data-bytes": h.peak, title: `${h.peak} bytes`}, fmtBytes(h.peak)),
+                ` at +${fmtDur(h.peak_time_us)} (log line ${h.peak_line}): ${parts.join(" + ")}; held/live `,
+                el("b", {id: "held-ratio"}, h.ratio === null ? "–" : h.ratio.toFixed(3)),
+                " (peak held over peak live)" +
+                (h.reserved_peak !== null ? `; the pools reserved at most ${fmtBytes(h.reserved_peak)}` : "") +
+                `; ${h.points} sample${h.points === 1 ? "" : "s"}.`));
+  }
   const odd = [];
   if (F.odd.unmatched_frees) odd.push(`${F.odd.unmatched_frees} frees of addresses not live in the log`);
   if (F.odd.reused_live) odd.push(`${F.odd.reused_live} allocations of an address still live`);

@@ -70,7 +70,21 @@ def figures(tl, log, source):
                    "lanes": s.lanes},
         "histogram": [list(h) for h in tl.histogram],
         "failures": {"count": len(tl.failures), "shown": [list(f) for f in tl.failures[:MAX_FAILURES]]},
+        "held": held_figures(tl),
     }
+
+
+def held_figures(tl):
+    """What the stack held, from the log's samples (None without any): the peak and the
+    per-span series the timeline draws above the live bytes."""
+    h = tl.held
+    if h is None:
+        return None
+    return {"points": h.points, "kinds": h.kinds, "peak": h.peak, "peak_time_us": h.peak_time_us,
+            "peak_line": h.peak_line, "peak_live": h.peak_live, "peak_cached": h.peak_cached,
+            "peak_queued": h.peak_queued, "peak_reserved": h.peak_reserved, "reserved_peak": h.reserved_peak,
+            "ratio": h.peak / tl.peak_bytes if tl.peak_bytes and "held" in h.kinds else None,
+            "held": h.held, "cached": h.cached, "queued": h.queued, "reserved": h.reserved, "used": h.used}
 
 
 def _script_json(obj):

@@ -12,6 +12,16 @@ at a record — is computed from those lives, so they agree with one another exa
 Times are made monotone (a record stamped before the previous one, by another thread,
 is placed at the previous one's time); they place records on the time axis only.
 
+What the stack held. A log with samples (memlog's module comment) also gives, beside the
+live bytes, what the stack below Logging held: the base's held bytes, the cache's idle
+blocks, the queued frees and the pool's reserve. Consecutive sample lines make one sample
+point (a `sample held` line, or a figure the point already has, starts the next). Each
+point is placed after the records read before it, at its own time (made no earlier than
+theirs). The peak held is the highest held over the points, with the log's live bytes
+just before it; per span of the Series, the point with the most held in the span, or,
+where the span has none, the last point before it (figures are levels: they hold until
+the next sample).
+
 Odd records are counted, never fatal: a free of an address not live in the log (a log
 started mid-run), an allocate of an address still live (its free was not logged: the
 old block ends there), a `free failure` (the upstream refused the free: the block stays
@@ -81,6 +91,27 @@ class Series:
 
 
 @dataclass
+class Held:
+    """What the stack held, from the log's samples (see the module comment). Figures the
+    log does not carry are None; per span lists hold None before the first sample."""
+    points: int                # sample points in the log
+    kinds: list                # the figures the log carries: of held, cached, queued, reserved, used
+    peak: int                  # the highest held (0 without a held figure)
+    peak_time_us: int          # relative to the first record
+    peak_line: int             # the log line of the peak's `sample held`
+    peak_live: int             # the log's live bytes when the peak was sampled
+    peak_cached: object        # the peak point's figures (None where absent)
+    peak_queued: object
+    peak_reserved: object
+    reserved_peak: object      # the highest pool reserve over the points
+    held: list                 # per span
+    cached: list
+    queued: list
+    reserved: list
+    used: list
+
+
+@dataclass
 class Timeline:
     records: int
     t0_us: int                 # time of the first record (microseconds since its midnight)
@@ -101,6 +132,7 @@ class Timeline:
     reused_live: int
     refused_frees: int
     series: Series
+    held: object = None        # Held, or None for a log without samples
 
 
 def build(log, spans=1000, display_tags=10, lanes=16):
@@ -117,6 +149,7 @@ def build(log, spans=1000, display_tags=10, lanes=16):
     # The live bytes after each record, and the first record at the highest.
     total = peak = 0
     peak_record = -1
+    live_after = [0] * n
     for r in range(n):
         if closes[r] >= 0:
             total -= b.size[closes[r]]
@@ -124,6 +157,7 @@ def build(log, spans=1000, display_tags=10, lanes=16):
             total += b.size[opens[r]]
             if total > peak:
                 peak, peak_record = total, r
+        live_after[r] = total
     peak_blocks = b.live_at(peak_record) if peak_record >= 0 else []
     for i in peak_blocks:
         tags[b.tag[i]].at_peak += b.size[i]
@@ -145,7 +179,8 @@ def build(log, spans=1000, display_tags=10, lanes=16):
         peak_time_us=times[peak_record] if peak_record >= 0 else 0, peak_blocks=peak_blocks,
         end_bytes=sum(b.size[i] for i in live_end), end_blocks=len(live_end),
         failures=failures, histogram=histogram,
-        unmatched_frees=odd[0], reused_live=odd[1], refused_frees=odd[2], series=series)
+        unmatched_frees=odd[0], reused_live=odd[1], refused_frees=odd[2], series=series,
+        held=_held(log, times, live_after, spans) if log.samples else None)
 
 
 def _blocks(log):
@@ -270,3 +305,52 @@ def _downsample(b, tags, streams, times, opens, closes, spans, shown_tags, lane_
     return Series(spans, shown_tags, high, rec, when,
                   [[st[k] for st in stacks] for k in range(len(vec))], lane_streams, lanes)
 
+
+
+HELD_KINDS = ("held", "cached", "queued", "reserved", "used")
+
+
+def _held(log, times, live_after, spans):
+    """The Held figures from the log's samples (see the module comment)."""
+    n = len(times)
+    t0 = log.time_us[0] if n else 0
+    points = []  # (after, time_us, figures, line of its first figure)
+    for smp in log.samples:
+        if not points or smp.kind == "held" or smp.kind in points[-1][2]:
+            floor = times[smp.after - 1] if 0 < smp.after <= n else 0
+            points.append((smp.after, max(floor, smp.time_us - t0), {}, smp.line))
+        points[-1][2][smp.kind] = smp.value
+    kinds = [k for k in HELD_KINDS if any(k in p[2] for p in points)]
+
+    spans = max(1, spans)
+    width = max(1, times[-1] + 1 if n else 1)
+    best, last = [None] * spans, [None] * spans
+    peak = None
+    reserved_peak = None
+    for p in points:
+        f = p[2]
+        k = min(spans - 1, p[1] * spans // width)
+        if best[k] is None or f.get("held", -1) > best[k][2].get("held", -1):
+            best[k] = p
+        last[k] = p
+        if "held" in f and (peak is None or f["held"] > peak[2]["held"]):
+            peak = p
+        if "reserved" in f and (reserved_peak is None or f["reserved"] > reserved_peak):
+            reserved_peak = f["reserved"]
+    per = {kind: [None] * spans for kind in HELD_KINDS}
+    carry = None
+    for k in range(spans):
+        p = best[k] or carry
+        if p is not None:
+            for kind in HELD_KINDS:
+                per[kind][k] = p[2].get(kind)
+        if last[k] is not None:
+            carry = last[k]
+    pf = peak[2] if peak else {}
+    return Held(points=len(points), kinds=kinds,
+                peak=pf.get("held", 0), peak_time_us=peak[1] if peak else 0, peak_line=peak[3] if peak else 0,
+                peak_live=live_after[peak[0] - 1] if peak and 0 < peak[0] <= n else 0,
+                peak_cached=pf.get("cached"), peak_queued=pf.get("queued"), peak_reserved=pf.get("reserved"),
+                reserved_peak=reserved_peak,
+                held=per["held"], cached=per["cached"], queued=per["queued"], reserved=per["reserved"],
+                used=per["used"])

@@ -214,6 +214,11 @@ class AsyncCuda {
 
   std::size_t bytes_outstanding() const noexcept;
 
+  /// The part of bytes_outstanding() that is frees queued and not yet retired (the rest
+  /// is the block table's live bytes, cached blocks parked in it included). A moment's
+  /// view: a free or a reap racing the call may or may not be counted.
+  std::size_t queued_free_bytes() const noexcept;
+
   /// Waits for every free queued so far and retires its bytes, except on a stream that is
   /// capturing (synchronising it would invalidate the capture: its frees stay pending), and
   /// queues the frees deferred by a capture that has ended. The pool's own streams are

@@ -4,8 +4,9 @@
 // LiveBlocks<Up>: a table of the blocks live now — address, size, tag, stream, the
 // allocating thread and the time — that a program can dump at any moment, when an
 // allocation fails say, like torch.cuda.memory_snapshot(). The dump is a CSV in
-// Logging's format (one `allocate` line per live block, and the latest failed allocate),
-// so tools/memviz draws it as it draws a log, and log_replay replays it.
+// Logging's format (one `allocate` line per live block, the latest failed allocate, and
+// a sample of what the stack below held then: stack_sample.hpp), so tools/memviz draws
+// it as it draws a log, and log_replay replays it.
 //
 // Why its own decorator, not Logging or Statistics: Logging streams records to a sink
 // and keeps nothing, Statistics keeps counters, not blocks; a table of live blocks is a
@@ -38,6 +39,7 @@
 #include "xlogrt/resource/detail/log_record.hpp"
 #include "xlogrt/resource/detail/spin_lock.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
+#include "xlogrt/resource/stack_sample.hpp"
 
 namespace xlogrt {
 
@@ -52,13 +54,16 @@ struct LiveBlocksSnapshot {
   std::uint64_t failures = 0;
   /// Blocks that could not be recorded (host memory ran out): the table misses them.
   std::uint64_t lost = 0;
+  /// What the stack below held when the snapshot was taken (sample lines: held, cached,
+  /// queued, the pool's counters, each where a layer reports it), after the blocks.
+  std::vector<LogRecord> sample;
   std::size_t bytes() const noexcept {
     std::size_t n = 0;
     for (const auto& r : blocks) n += r.bytes;
     return n;
   }
   /// The snapshot in Logging's CSV format, the header first: the blocks and the last
-  /// failure, in time order.
+  /// failure, in time order, then the sample.
   std::string csv() const {
     std::vector<LogRecord> all = blocks;
     if (last_failure) {
@@ -66,6 +71,7 @@ struct LiveBlocksSnapshot {
                                        [](const LogRecord& a, const LogRecord& b) { return a.time_ns < b.time_ns; });
       all.insert(at, *last_failure);
     }
+    all.insert(all.end(), sample.begin(), sample.end());
     return detail::log_csv(all);
   }
   /// Writes csv() to `path` (truncated). Errors: sink_failure naming the path and why.
@@ -194,6 +200,11 @@ class LiveBlocks : public Adaptor<Upstream> {
       out.failures = st.failures;
     }
     out.lost = st.lost.load(std::memory_order_relaxed);
+    const std::uint64_t thread = detail::os_thread_id();
+    const std::int64_t now = detail::now_ns();
+    for_each_figure(sample_stack(upstream()), [&](LogAction a, std::size_t v) {
+      out.sample.push_back(LogRecord{thread, now, a, 0, v, StreamId{0}, AllocTag{0}});
+    });
     return out;
   }
 

@@ -3,7 +3,9 @@
 
 // Logging<Up, Sink>: one CSV record per allocate, failed allocate and free, in the
 // column layout of RAPIDS RMM's logging_resource_adaptor (see detail/log_record.hpp for
-// the exact format), so that logs from RMM's tools and ours read alike.
+// the exact format), so that logs from RMM's tools and ours read alike; and, on a clock,
+// samples of what the stack below holds (stack_sample.hpp), so that a log shows the
+// cached blocks, the queued frees and the pool's reserve beside the live bytes.
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,6 +14,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -34,6 +37,7 @@
 #include "xlogrt/resource/detail/archetypes.hpp"
 #include "xlogrt/resource/detail/log_record.hpp"
 #include "xlogrt/resource/detail/log_writer.hpp"
+#include "xlogrt/resource/stack_sample.hpp"
 #include "xlogrt/runtime/env_config.hpp"
 
 namespace xlogrt {
@@ -43,7 +47,10 @@ namespace xlogrt {
 /// - `active()`: whether records are wanted now (a FileSink without a file is not);
 /// - `write(record)`: never fails and never throws; a record it cannot keep is counted
 ///   in `dropped()`. It must not make every allocating thread queue on one lock;
-/// - `flush()`: waits for what was written so far to reach its destination.
+/// - `flush()`: waits for what was written so far to reach its destination;
+/// - optionally `sample_every()` (std::chrono::microseconds): how often Logging writes a
+///   sample of the stack (zero, or no such member: never on its own; Logging::sample()
+///   still writes one when asked).
 template <class S>
 concept LogSink = std::move_constructible<S> && requires(S& s, const S& cs, const LogRecord& r) {
   { S::enabled } -> std::convertible_to<bool>;
@@ -73,6 +80,10 @@ class WriterSink {
   }
   std::uint64_t dropped() const noexcept { return w_ ? w_->dropped() : 0; }
   result<void> flush() noexcept { return w_ ? w_->flush() : ok(); }
+  /// LogSinkOptions::sample_every of the open sink (zero without one).
+  std::chrono::microseconds sample_every() const noexcept {
+    return w_ ? w_->sample_every() : std::chrono::microseconds{0};
+  }
 
  protected:
   std::unique_ptr<LogWriter> w_;
@@ -163,7 +174,8 @@ class OStreamSink : public detail::WriterSink {
 
 /// Keeps the last `capacity` records in memory (older ones are overwritten, counted in
 /// overwritten(), not dropped). For tests and for a crash handler that wants the recent
-/// history.
+/// history. Samples the stack every `sample_every` (zero, the default: only when
+/// Logging::sample() asks).
 ///
 /// write: a ticket from one fetch_add picks the cell; each cell has its own tiny spin
 /// lock, so writers contend only when the ring has wrapped onto a cell another writer is
@@ -172,9 +184,11 @@ class RingSink {
  public:
   static constexpr bool enabled = true;
 
-  explicit RingSink(std::size_t capacity = 4096) : st_(std::make_unique<State>(capacity ? capacity : 1)) {}
+  explicit RingSink(std::size_t capacity = 4096, std::chrono::microseconds sample_every = {})
+      : st_(std::make_unique<State>(capacity ? capacity : 1)), sample_every_(sample_every) {}
 
   bool active() const noexcept { return true; }
+  std::chrono::microseconds sample_every() const noexcept { return sample_every_; }
 
   void write(const LogRecord& r) noexcept {
     const std::uint64_t t = st_->next.fetch_add(1, std::memory_order_relaxed);
@@ -233,7 +247,41 @@ class RingSink {
     while (c.busy.test_and_set(std::memory_order_acquire)) std::this_thread::yield();
   }
   std::unique_ptr<State> st_;
+  std::chrono::microseconds sample_every_;
 };
+
+namespace detail {
+/// When Logging writes its next sample: `next`, nanoseconds on the records' clock; a
+/// record stamped at or after it writes one (the thread whose compare-exchange moves
+/// `next` on, one thread per period). Copied on a move of the layer, which happens
+/// before use.
+class SampleClock {
+ public:
+  explicit SampleClock(std::chrono::microseconds every) noexcept
+      : every_ns_(every.count() > 0 ? std::chrono::duration_cast<std::chrono::nanoseconds>(every).count() : 0),
+        next_(every_ns_ > 0 ? 0 : INT64_MAX) {}
+  SampleClock(const SampleClock& o) noexcept : every_ns_(o.every_ns_), next_(o.next_.load(std::memory_order_relaxed)) {}
+  SampleClock& operator=(const SampleClock&) = delete;
+
+  /// Whether a record stamped `t` is due to sample: one relaxed load of a line written
+  /// once a period.
+  [[gnu::always_inline]] bool due(std::int64_t t) const noexcept {
+    return t >= next_.load(std::memory_order_relaxed);
+  }
+  /// Claims the sample at `t` for the calling thread; false when another took it.
+  bool claim(std::int64_t t) noexcept {
+    std::int64_t n = next_.load(std::memory_order_relaxed);
+    return t >= n && next_.compare_exchange_strong(n, t + every_ns_, std::memory_order_relaxed);
+  }
+
+ private:
+  std::int64_t every_ns_;
+  std::atomic<std::int64_t> next_;
+};
+struct NoSampleClock {
+  explicit NoSampleClock(std::chrono::microseconds) noexcept {}
+};
+}  // namespace detail
 
 /// Logs every allocate, failed allocate and free of the stack below it to `Sink`: the
 /// OS thread, the wall-clock time, the action, pointer, bytes, stream and tag (see
@@ -243,6 +291,16 @@ class RingSink {
 /// an address handed out again before the free that released it; if the upstream then
 /// refuses the free (leaves the block with the caller), a `free failure` record follows. A sink never fails an operation:
 /// what it cannot write it counts (dropped()). With NullSink nothing is built at all.
+///
+/// Samples. With a sink whose sample_every() is not zero (FileSink and OStreamSink: 10 ms
+/// unless LogSinkOptions says otherwise), the first record, and then the first record a
+/// period after the last sample, is followed by a sample of the stack below
+/// (sample_stack: held, cached, queued, pool reserved and used, each where a layer
+/// reports it), written by the thread that logged that record. A record pays one relaxed
+/// load of the sample clock and a compare; the thread that samples pays a stats() of
+/// the cache and a look at the pools, once a period. Samples are written after the
+/// record, from below Logging: an allocation logged by another thread meanwhile may be
+/// in the sample and not yet in the log, or the other way round.
 ///
 /// Thread-safe. (As the sink is; every shipped sink is.) Construction and moves
 /// happen-before use.
@@ -254,7 +312,7 @@ class Logging : public Adaptor<Upstream> {
 
   explicit Logging(Upstream up, Sink sink = Sink{}) noexcept(
       std::is_nothrow_move_constructible_v<Upstream> && std::is_nothrow_move_constructible_v<Sink>)
-      : Adaptor<Upstream>(std::move(up)), sink_(std::move(sink)) {}
+      : Adaptor<Upstream>(std::move(up)), sink_(std::move(sink)), clock_(sample_period(sink_)) {}
 
   result<DeviceBlock> allocate(std::size_t bytes, StreamId stream, AllocTag tag) noexcept {
     auto b = upstream().allocate(bytes, stream, tag);
@@ -288,6 +346,15 @@ class Logging : public Adaptor<Upstream> {
   }
 
 
+  /// Writes a sample of the stack below now (see the class comment), whatever the
+  /// clock says: e.g. at a quiet point a test or a program picks, or before a dump.
+  /// Nothing when the sink is inactive.
+  void sample() noexcept {
+    if constexpr (Sink::enabled) {
+      if (sink_.active()) write_sample(detail::now_ns());
+    }
+  }
+
   Sink& sink() noexcept { return sink_; }
   const Sink& sink() const noexcept { return sink_; }
   /// Records the sink could not keep.
@@ -295,11 +362,42 @@ class Logging : public Adaptor<Upstream> {
   result<void> flush() noexcept { return sink_.flush(); }
 
  private:
+  static constexpr bool samples = Sink::enabled && requires(const Sink& s) {
+    { s.sample_every() } -> std::convertible_to<std::chrono::microseconds>;
+  };
+  using Clock = std::conditional_t<samples, detail::SampleClock, detail::NoSampleClock>;
+
+  static std::chrono::microseconds sample_period(const Sink& s) noexcept {
+    if constexpr (samples) {
+      return s.sample_every();
+    } else {
+      return {};
+    }
+  }
+
   void log(LogAction a, std::uint64_t ptr, std::size_t bytes, StreamId s, AllocTag t) noexcept {
-    sink_.write(LogRecord{detail::os_thread_id(), detail::now_ns(), a, ptr, bytes, s, t});
+    const std::int64_t now = detail::now_ns();
+    sink_.write(LogRecord{detail::os_thread_id(), now, a, ptr, bytes, s, t});
+    if constexpr (samples) {
+      if (clock_.due(now)) [[unlikely]] sample_if_claimed(now);
+    }
+  }
+
+  [[gnu::noinline]] void sample_if_claimed(std::int64_t now) noexcept {
+    if constexpr (samples) {
+      if (clock_.claim(now)) write_sample(now);
+    }
+  }
+
+  [[gnu::noinline]] void write_sample(std::int64_t now) noexcept {
+    const std::uint64_t thread = detail::os_thread_id();
+    for_each_figure(sample_stack(upstream()), [&](LogAction a, std::size_t v) noexcept {
+      sink_.write(LogRecord{thread, now, a, 0, v, StreamId{0}, AllocTag{0}});
+    });
   }
 
   [[no_unique_address]] Sink sink_;
+  [[no_unique_address]] Clock clock_;
 };
 
 static_assert(LogSink<NullSink> && LogSink<FileSink> && LogSink<OStreamSink> && LogSink<RingSink>);

@@ -2,7 +2,7 @@
 #pragma once
 
 // AsyncCuda's members defined out of line (resource/async_cuda.hpp): create; the
-// accounting of queued frees (bytes_outstanding, retire, reap_pending, reap_now,
+// accounting of queued frees (bytes_outstanding, queued_free_bytes, retire, reap_pending, reap_now,
 // poll_pending); the slow paths of allocate, deallocate and recycle_block
 // (insert_general, free_general, recycle_general, recycle_moving, end_life); the frees a
 // stream capture defers (capturing, defer_free, queue_deferred); and cross-stream use
@@ -68,7 +68,15 @@ inline result<AsyncCuda<D>> AsyncCuda<D>::create(std::shared_ptr<StreamPool<D>> 
 
 template <Driver D>
 inline std::size_t AsyncCuda<D>::bytes_outstanding() const noexcept {
-  std::size_t sum = state_->table.live_bytes();
+  // Live first: a free counts its bytes queued before the table drops them, so a free
+  // racing the two reads is counted twice for a moment, never missed.
+  const std::size_t live = state_->table.live_bytes();
+  return live + queued_free_bytes();
+}
+
+template <Driver D>
+inline std::size_t AsyncCuda<D>::queued_free_bytes() const noexcept {
+  std::size_t sum = 0;
   const std::size_t n = streams_->size();
   for (std::size_t i = 0; i < n; ++i) {
     // A reap racing this may have retired more than the queued count read here.

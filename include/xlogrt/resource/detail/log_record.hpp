@@ -13,6 +13,20 @@
 // StreamId number (RMM writes the CUstream pointer there; its tools read the column as an
 // integer), Tag the AllocTag number (a column RMM does not have; readers that select
 // columns by name ignore it).
+//
+// Samples (ours): what the stack below Logging holds, beside what its users hold. A
+// sample is a run of lines at one moment, one per figure the stack reports, each with
+// the figure in Size and 0 in Pointer, Stream and Tag:
+//   140573312345856,10:30:45.130001,sample held,0x0,7340032,0,0
+// `sample held`: the bytes the base resource holds from the device (its
+// bytes_outstanding(): live blocks, cached ones, frees queued); `sample cached`: the
+// idle blocks a caching layer keeps; `sample queued`: frees queued on a stream and not
+// yet known complete; `sample pool reserved` and `sample pool used`: the device pools'
+// own counters (what the driver gives the process, and what its allocations occupy),
+// where the driver reports them. Live bytes are not sampled: the log's own allocate and
+// free lines give them exactly. A reader that knows only RMM's three actions must skip
+// these lines (tools/memviz and read_log_csv read them; LogSinkOptions::sample_every = 0
+// writes none).
 
 #include <chrono>
 #include <cstddef>
@@ -38,7 +52,24 @@
 
 namespace xlogrt {
 
-enum class LogAction : std::uint8_t { allocate, allocate_failure, free, free_failure };
+enum class LogAction : std::uint8_t {
+  allocate,
+  allocate_failure,
+  free,
+  free_failure,
+  // A sample's figures (see the header comment); the record's bytes hold the figure.
+  sample_held,
+  sample_cached,
+  sample_queued,
+  sample_pool_reserved,
+  sample_pool_used,
+};
+
+/// The last LogAction: the actions are the values up to it.
+inline constexpr LogAction LAST_LOG_ACTION = LogAction::sample_pool_used;
+
+/// Whether `a` is one of a sample's figures rather than an allocation or a free.
+constexpr bool is_sample(LogAction a) noexcept { return a >= LogAction::sample_held; }
 
 /// The Action column's text ("allocate failure").
 constexpr std::string_view to_string(LogAction a) noexcept {
@@ -47,11 +78,16 @@ constexpr std::string_view to_string(LogAction a) noexcept {
     case LogAction::allocate_failure: return "allocate failure";
     case LogAction::free: return "free";
     case LogAction::free_failure: return "free failure";
+    case LogAction::sample_held: return "sample held";
+    case LogAction::sample_cached: return "sample cached";
+    case LogAction::sample_queued: return "sample queued";
+    case LogAction::sample_pool_reserved: return "sample pool reserved";
+    case LogAction::sample_pool_used: return "sample pool used";
   }
   return "?";
 }
 
-/// One allocate, failed allocate or free.
+/// One allocate, failed allocate or free, or one figure of a sample.
 /// Not thread-safe: a value, owned by one thread at a time.
 struct LogRecord {
   std::uint64_t thread = 0;  ///< OS thread id
@@ -163,7 +199,7 @@ inline std::size_t format_log_line(const LogRecord& r, std::int64_t utc_offset_n
   *p++ = ',';
   p = put_decimal(p, r.tag.value);
   *p++ = '\n';
-  return static_cast<std::size_t>(p - out);  // at most 20+16+17+18+20+10+10+6 < LOG_LINE_MAX
+  return static_cast<std::size_t>(p - out);  // at most 20+16+21+18+20+10+10+6 < LOG_LINE_MAX
 }
 
 /// Parses an unsigned number, decimal or (with 0x) hexadecimal. False on anything else.
@@ -244,16 +280,16 @@ inline result<LogRecord> parse_log_line(std::string_view line) {
     }
     r.time_ns = static_cast<std::int64_t>(((h * 60 + m) * 60 + s) * 1'000'000 + us) * 1000;
   }
-  if (f[2] == "allocate") {
-    r.action = LogAction::allocate;
-  } else if (f[2] == "allocate failure") {
-    r.action = LogAction::allocate_failure;
-  } else if (f[2] == "free") {
-    r.action = LogAction::free;
-  } else if (f[2] == "free failure") {
-    r.action = LogAction::free_failure;
-  } else {
-    return bad("Action");
+  {
+    bool known = false;
+    for (std::uint8_t a = 0; a <= static_cast<std::uint8_t>(LAST_LOG_ACTION); ++a) {
+      if (f[2] == to_string(static_cast<LogAction>(a))) {
+        r.action = static_cast<LogAction>(a);
+        known = true;
+        break;
+      }
+    }
+    if (!known) return bad("Action");
   }
   if (!detail::parse_log_number(f[3], v)) return bad("Pointer");
   r.ptr = v;

@@ -51,6 +51,10 @@ struct LogSinkOptions {
   /// How long an allocating thread waits for room when the ring is full before it drops
   /// its record (counted in dropped()). Zero: never wait.
   std::chrono::microseconds max_wait{std::chrono::milliseconds(100)};
+  /// How often Logging writes a sample of what the stack below it holds (the `sample`
+  /// lines of detail/log_record.hpp): at the first record, then at the first record
+  /// this long after the last sample. Zero: no samples (a log RMM's tools read whole).
+  std::chrono::microseconds sample_every{std::chrono::milliseconds(10)};
 };
 
 namespace detail {
@@ -190,9 +194,16 @@ class LogWriter {
 
   std::uint64_t dropped() const noexcept { return dropped_.load(std::memory_order_relaxed); }
 
+  std::chrono::microseconds sample_every() const noexcept { return sample_every_; }
+
  private:
   LogWriter(int fd, std::ostream* os, LogSinkOptions o)
-      : fd_(fd), os_(os), max_wait_(o.max_wait), ring_(o.capacity), utc_offset_ns_(local_utc_offset_ns()) {}
+      : fd_(fd),
+        os_(os),
+        max_wait_(o.max_wait),
+        sample_every_(o.sample_every),
+        ring_(o.capacity),
+        utc_offset_ns_(local_utc_offset_ns()) {}
 
   /// Writes all of [p, p+n) or, failing that, nothing: see "Whole lines only" above.
   bool write(const char* p, std::size_t n) noexcept {
@@ -259,6 +270,7 @@ class LogWriter {
   off_t committed_ = 0;  // the file's length after the last batch written whole (writer thread's)
   std::ostream* os_;
   std::chrono::microseconds max_wait_;
+  std::chrono::microseconds sample_every_;
   MpscRing<LogRecord> ring_;
   std::int64_t utc_offset_ns_;
   std::atomic<std::uint64_t> dropped_{0};
