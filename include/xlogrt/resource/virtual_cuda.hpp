@@ -339,6 +339,7 @@ class VirtualCuda {
     std::vector<Page> pages;
     std::set<std::uint64_t> mapped;  // indices of the mapped pages
     std::vector<phys_t> spare;       // physical pages mapped nowhere, kept
+    std::uint64_t carving = 0;       // bytes of the pages of the block map_range_locked is mapping
     std::uint64_t barren_slack = 0;  // mapped minus used bytes when a search for idle pages last found none
     VirtualStats counts;             // the peak and the page counters
 

@@ -174,25 +174,59 @@ inline result<void> VirtualCuda<D>::map_range_locked(std::uint64_t offset, std::
     current = true;
     return make_current();
   };
+  // The pages this call maps, so that a failure can undo them: the device then holds
+  // what it held before the call (a page created here is released, one taken from the
+  // spare or idle pages goes back to the spare list).
+  struct Fresh {
+    std::uint64_t page;
+    bool created;
+  };
+  std::vector<Fresh> fresh;
+  auto undo = [&](result<void> why) -> result<void> {
+    for (const Fresh& f : fresh) {
+      Page& pg = st.pages[f.page];
+      if (!driver().mem_unmap(st.base + f.page * g, g)) continue;  // stays mapped, idle, counted
+      st.mapped.erase(f.page);
+      if (!f.created || !driver().mem_release(pg.phys)) {
+        st.spare.push_back(pg.phys);
+      } else {
+        ++st.counts.pages_released;
+      }
+      pg = Page{};
+    }
+    return why;
+  };
+  st.carving = (last - first + 1) * g;
+  struct Done {
+    State& st;
+    ~Done() { st.carving = 0; }
+  } done{st};
+  try {
+    fresh.reserve(last - first + 1);
+  } catch (...) {
+    return detail::virtual_host_oom("mapping a block's pages");
+  }
   for (std::uint64_t p = first; p <= last; ++p) {
     if (st.pages[p].mapped) continue;
-    if (auto r = make_current_once(); !r) return r;
+    if (auto r = make_current_once(); !r) return undo(std::move(r));
+    const std::uint64_t created_before = st.counts.pages_created;
     auto h = page_for_locked(last - p + 1);
-    if (!h) return std::move(h).error();
+    if (!h) return undo(std::move(h).error());
+    const bool created = st.counts.pages_created != created_before;
     if (auto r = driver().mem_map(st.base + p * g, g, *h); !r) {
-      st.spare.push_back(*h);  // kept, and counted: the next page to map takes it
-      return r;
+      if (!created || !driver().mem_release(*h)) {
+        st.spare.push_back(*h);
+      } else {
+        ++st.counts.pages_released;
+      }
+      return undo(std::move(r));
     }
     st.pages[p] = Page{*h, true, false};
+    fresh.push_back(Fresh{p, created});  // reserved: no allocation
     try {
       st.mapped.insert(p);
     } catch (...) {
-      // Unknown to the page index, the page could never be found idle: take it back.
-      if (driver().mem_unmap(st.base + p * g, g)) {
-        st.pages[p] = Page{};
-        st.spare.push_back(*h);
-      }
-      return detail::virtual_host_oom("recording a mapped page");
+      return undo(detail::virtual_host_oom("recording a mapped page"));
     }
   }
   // Access, one call per run of pages that lack it (mapped just now, or whose grant failed).
@@ -203,9 +237,9 @@ inline result<void> VirtualCuda<D>::map_range_locked(std::uint64_t offset, std::
     }
     std::uint64_t q = p;
     while (q < last && !st.pages[q + 1].access) ++q;
-    if (auto r = make_current_once(); !r) return r;
+    if (auto r = make_current_once(); !r) return undo(std::move(r));
     if (auto r = driver().mem_set_access(st.base + p * g, (q - p + 1) * g, streams_->device()->handle()); !r) {
-      return r;
+      return undo(std::move(r));
     }
     for (std::uint64_t k = p; k <= q; ++k) st.pages[k].access = true;
     p = q + 1;
@@ -255,8 +289,12 @@ template <VirtualMemoryDriver D>
 inline result<std::uint64_t> VirtualCuda<D>::harvest_locked(std::uint64_t want, bool thorough) noexcept {
   State& st = *state_;
   const std::uint64_t g = st.granularity;
-  const std::uint64_t slack = st.mapped.size() * g - st.used_bytes();  // an idle page's bytes are all slack
-  if (slack < g || (!thorough && slack <= st.barren_slack)) return std::uint64_t{0};
+  // An upper bound of the idle bytes: those of the mapped pages (and of the pages of the
+  // block being mapped, whose range counts as used already) that no block uses.
+  const std::uint64_t cover = st.mapped.size() * g + st.carving;
+  const std::uint64_t used = st.used_bytes();
+  const std::uint64_t slack = cover > used ? cover - used : 0;
+  if (!thorough && (slack < g || slack <= st.barren_slack)) return std::uint64_t{0};
   std::uint64_t got = 0;
   result<void> failed = ok();
   bool current = false;
