@@ -184,6 +184,12 @@ class VirtualCuda {
   result<std::size_t> trim() noexcept;
 
   VirtualStats stats() const;
+  /// Bytes of physical memory held: the mapped pages and the spare ones (stats()'s
+  /// physical_bytes, read alone).
+  std::uint64_t physical_bytes() const {
+    std::lock_guard lock(state_->mu);
+    return state_->physical_bytes();
+  }
 
   std::uint32_t device_ordinal() const noexcept { return ordinal_; }
   /// The start of the reserved range (blocks lie in [base, base + reserved_bytes)).
