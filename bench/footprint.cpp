@@ -16,7 +16,11 @@
 // "live": the bytes the log's live allocations asked for (what the tensors hold).
 // "held": what the stack holds from the device: the users' blocks as granted, the
 // blocks the cache keeps, and frees queued but not reaped (AsyncCuda's
-// bytes_outstanding(), the pool's reserve aside). Per log it prints exactly one line
+// bytes_outstanding(), the pool's reserve aside: SimDriver's pool places every block
+// first-fit in one arena, with no reserve of its own to count). Each log is replayed a
+// second time over the virtual memory base (XLOGRT_BACKEND=vmm), whose "held" is the
+// physical pages it holds (VirtualCuda::physical_bytes(): mapped and spare, page
+// rounding and holes included), with and without the cache. Per log it prints exactly one line
 //   footprint <trace>: peak live <N> B, peak held <N> B, held/live <R>
 // (R = peak held / peak live) and then, indented, where the held bytes sat at their peak
 // (per layer: the users' request, the rounding of size classes, the cache, queued frees;
@@ -157,12 +161,20 @@ Trace load(const std::string& path) {
 template <class Make>
 Result replay(const Trace& t, std::size_t reap_every, Make&& make) {
   // Untouched memory is never filled, so a large simulated device costs no host memory.
-  SimDriver sim(SimConfig{.devices = 1, .memory_bytes = std::size_t{256} << 30, .executor = SimExecutor::manual,
-                          .check_hazards = false, .fill_memory = false});
+  // The virtual memory base reserves twice the device's memory in address space.
+  SimConfig cfg{.devices = 1, .memory_bytes = std::size_t{256} << 30, .executor = SimExecutor::manual,
+                .check_hazards = false, .fill_memory = false};
+  cfg.vmm_address_bytes = std::size_t{520} << 30;
+  SimDriver sim(cfg);
   auto dev = check(Device<SimDriver>::open(sim, 0), "opening the simulated device");
   auto pool = check(StreamPool<SimDriver>::create(dev, t.streams), "creating the streams");
   Stack stack = make(pool);
-  auto& base = *find_layer<AsyncCuda>(stack);
+  auto& base = *find_layer<PoolOrVirtual>(stack);
+  // The virtual memory base holds its physical pages; the pool, what it has handed out.
+  auto held_now = [&base] {
+    return base.is_virtual() ? static_cast<std::size_t>(base.virtual_base()->physical_bytes())
+                             : base.bytes_outstanding();
+  };
   auto& cache = *find_layer<Cached>(stack);
 
   LogReplayer rp;
@@ -178,7 +190,7 @@ Result replay(const Trace& t, std::size_t reap_every, Make&& make) {
       check(stack.reap_pending(), "reap_pending");
       since_reap = 0;
     }
-    const std::size_t held = base.bytes_outstanding();
+    const std::size_t held = held_now();
     if (rp.requested_bytes() > res.peak_live) res.peak_live = rp.requested_bytes();
     if (held <= res.at.held) return;
     Peak p;
@@ -285,13 +297,32 @@ int main(int argc, char** argv) {
     const Result on = replay(t, reap_every, [](const auto& pool) {
       return check(StackBuilder<Stack>::build(pool), "building the default stack");
     });
-    const Result off = replay(t, reap_every, [](const auto& pool) {
-      using Base = Cached<Budget<AsyncCuda<SimDriver>>>;
-      auto base = check(AsyncCuda<SimDriver>::create(pool), "creating AsyncCuda");
-      Base off(Budget<AsyncCuda<SimDriver>>(std::move(base)), CachedOptions{.enabled = false});
-      using Logged = Logging<Base, FileSink>;
-      return Stack(GraphPools<Logged>(Logged(std::move(off), FileSink{})));
+    // The default stack without its cache, over the base `make_base` builds.
+    auto uncached = [](auto make_base) {
+      return [make_base](const auto& pool) {
+        using Base = Cached<Budget<PoolOrVirtual<SimDriver>>>;
+        Base off(Budget<PoolOrVirtual<SimDriver>>(make_base(pool)), CachedOptions{.enabled = false});
+        using Logged = Logging<Base, FileSink>;
+        return Stack(GraphPools<Logged>(Logged(std::move(off), FileSink{})));
+      };
+    };
+    auto pool_base = [](const auto& pool) {
+      return PoolOrVirtual<SimDriver>(check(AsyncCuda<SimDriver>::create(pool), "creating AsyncCuda"));
+    };
+    auto virtual_base = [](const auto& pool) {
+      auto idle = check(AsyncCuda<SimDriver>::create(pool, AsyncCudaOptions{.reserve_events = 0}), "creating AsyncCuda");
+      return PoolOrVirtual<SimDriver>(std::move(idle), check(VirtualCuda<SimDriver>::create(pool), "creating VirtualCuda"));
+    };
+    const Result off = replay(t, reap_every, uncached(pool_base));
+    const Result vm_on = replay(t, reap_every, [](const auto& pool) {
+      const char* was = std::getenv(ENV_BACKEND);
+      const std::string saved = was != nullptr ? was : "";
+      ::setenv(ENV_BACKEND, "vmm", 1);
+      auto s = StackBuilder<Stack>::build(pool);
+      if (was != nullptr) ::setenv(ENV_BACKEND, saved.c_str(), 1); else ::unsetenv(ENV_BACKEND);
+      return check(std::move(s), "building the default stack with XLOGRT_BACKEND=vmm");
     });
+    const Result vm_off = replay(t, reap_every, uncached(virtual_base));
     const double r = ratio(on.at.held, on.peak_live);
     std::printf("footprint %s: peak live %zu B, peak held %zu B, held/live %.4f\n", path.c_str(), on.peak_live,
                 on.at.held, r);
@@ -308,6 +339,10 @@ int main(int argc, char** argv) {
     }
     std::printf("  without the cache (XLOGRT_CACHE=0): peak held %zu B, held/live %.4f; the cache's stack holds %.4f times as much\n",
                 off.at.held, ratio(off.at.held, off.peak_live), ratio(on.at.held, off.at.held));
+    std::printf("  vmm (XLOGRT_BACKEND=vmm, held = physical pages): peak held %zu B, held/live %.4f; without the "
+                "cache: peak held %zu B, held/live %.4f\n",
+                vm_on.at.held, ratio(vm_on.at.held, vm_on.peak_live), vm_off.at.held,
+                ratio(vm_off.at.held, vm_off.peak_live));
     if (max_ratio > 0 && r > max_ratio) {
       std::printf("  FAILED: held/live %.4f is above %.4f\n", r, max_ratio);
       rc = 1;

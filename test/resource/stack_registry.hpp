@@ -39,7 +39,9 @@
 #include <xlogrt/resource/graph_pools.hpp>
 #include <xlogrt/resource/live_blocks.hpp>
 #include <xlogrt/resource/logging.hpp>
+#include <xlogrt/resource/pool_or_virtual.hpp>
 #include <xlogrt/resource/statistics.hpp>
+#include <xlogrt/resource/virtual_cuda.hpp>
 #include <xlogrt/runtime/default_stack.hpp>
 #include <xlogrt/runtime/device_runtime.hpp>
 
@@ -86,6 +88,28 @@ struct Layer<AsyncCuda<D>> {
   using type = AsyncCuda<D>;
   using driver = D;
   static constexpr Name name{"AsyncCuda"};
+  static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
+  static constexpr const char* free_call = "cuMemFreeAsync";
+};
+
+/// Over the virtual memory base, an allocation maps pages (the first one's failure is
+/// the allocation's) and a free makes no driver call but the waits for other streams.
+template <class D>
+struct Layer<VirtualCuda<D>> {
+  using type = VirtualCuda<D>;
+  using driver = D;
+  static constexpr Name name{"VirtualCuda"};
+  static constexpr const char* alloc_call = "cuMemMap";
+  static constexpr const char* free_call = "cuStreamWaitEvent";
+};
+
+/// The default stack's base: its calls are the pool's in the default mode (XLOGRT_BACKEND
+/// unset), which the tests run.
+template <class D>
+struct Layer<PoolOrVirtual<D>> {
+  using type = PoolOrVirtual<D>;
+  using driver = D;
+  static constexpr Name name{"PoolOrVirtual"};
   static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
   static constexpr const char* free_call = "cuMemFreeAsync";
 };

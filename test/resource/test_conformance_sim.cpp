@@ -15,7 +15,7 @@ using namespace xlogrt::testing;
 // What an entry derives from its type: the name from the layers', the driver calls from
 // the base resource, `caches` from a Cached layer anywhere in the stack.
 static_assert(std::string_view(Entry<DefaultStackOn<SimDriver>>::name) ==
-              "Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda>>, FileSink>>>");
+              "Statistics<GraphPools<Logging<Cached<Budget<PoolOrVirtual>>, FileSink>>>");
 static_assert(std::string_view(Entry<Any<DebugGuard<DirectCuda<SimDriver>>>>::name) ==
               "AnyResource{DebugGuard<DirectCuda>}");
 static_assert(std::string_view(Entry<Budget<Statistics<DirectCuda<SimDriver>>>>::alloc_call) == "cuMemAlloc");

@@ -76,7 +76,7 @@ std::optional<std::size_t> small_pool_bound(const char* cache, bool fail_pool_cr
   auto stack = StackBuilder<DefaultStackOn<SimDriver>>::build(streams);
   REQUIRE(unsetenv("XLOGRT_CACHE") == 0);
   if (!stack) return std::nullopt;
-  auto& base = find_layer<Budget>(*stack)->upstream();
+  auto& base = *find_layer<AsyncCuda>(*stack);
   if (base.small_pool() == base.pool()) return 0;
   REQUIRE(sim.mempool_destroy(base.small_pool()).has_value());
   std::size_t bound = 0;

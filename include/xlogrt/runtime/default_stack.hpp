@@ -2,7 +2,7 @@
 #pragma once
 
 // The default stack, DefaultStackOn<D> (Statistics over GraphPools over Logging over
-// Cached over Budget over AsyncCuda), DefaultStack on the real driver, and the StackBuilder that configures
+// Cached over Budget over PoolOrVirtual: AsyncCuda or VirtualCuda), DefaultStack on the real driver, and the StackBuilder that configures
 // it from the environment. `DefaultStackOn<SimDriver>` is nameable once
 // <xlogrt/sim/sim_driver.hpp> is included too.
 
@@ -19,6 +19,7 @@
 #include "xlogrt/runtime/env_config.hpp"
 #include "xlogrt/resource/graph_pools.hpp"
 #include "xlogrt/resource/logging.hpp"
+#include "xlogrt/resource/pool_or_virtual.hpp"
 #include "xlogrt/resource/statistics.hpp"
 #include "xlogrt/runtime/device_runtime.hpp"
 
@@ -43,14 +44,18 @@ namespace xlogrt {
 ///   keeps (up to its max_block_bytes) from a second pool of their own, the rest from
 ///   the device's pool (XLOGRT_CACHE=small_pool_bytes=SIZE sets the bound, 0: one pool;
 ///   with the cache off, one pool).
+///   Or, with XLOGRT_BACKEND=vmm, VirtualCuda: blocks carved from one reserved address
+///   range over physical pages mapped on demand, idle pages given back by trim. The
+///   choice is PoolOrVirtual's, one predictable branch per call at the bottom of the stack.
 template <Driver D>
-using DefaultStackOn = Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda<D>>>, FileSink>>>;
+using DefaultStackOn = Statistics<GraphPools<Logging<Cached<Budget<PoolOrVirtual<D>>>, FileSink>>>;
 
 /// The stack `DeviceRuntime<DefaultStack>::try_get(ordinal)` builds, on the real driver.
 using DefaultStack = DefaultStackOn<CudaDriver>;
 
 /// Builds the default stack from the environment. Errors: invalid_argument for a
-/// malformed XLOGRT_BUDGET_BYTES or XLOGRT_CACHE, for cache sizes the layer refuses
+/// malformed XLOGRT_BUDGET_BYTES, XLOGRT_CACHE or XLOGRT_BACKEND (or vmm over a driver
+/// without virtual memory), for cache sizes the layer refuses
 /// (CachedOptions), or for XLOGRT_CACHE=nvtx in a program that does not include
 /// <xlogrt/resource/nvtx_marks.hpp>; the log file's open error; the base resource's
 /// errors.
@@ -68,20 +73,7 @@ struct StackBuilder<DefaultStackOn<D>> {
     cache.bin_bytes = sizes.bin_bytes.value_or(cache.bin_bytes);
     cache.thread_bytes = sizes.thread_bytes.value_or(cache.thread_bytes);
     cache.depot_bytes = sizes.depot_bytes.value_or(cache.depot_bytes);
-    // The blocks the cache may keep come from a pool of their own, where they split no
-    // free range of the large blocks' pool (design notes, "The caching layer's memory").
-    // XLOGRT_CACHE=small_pool_bytes=SIZE names the bound (0: one pool), and a driver that
-    // cannot create pools refuses a named one (AsyncCuda::create); the default falls back
-    // to one pool where there is no second one to be had.
-    AsyncCudaOptions pools;
-    const bool named = sizes.small_pool_bytes.has_value();
-    if (named) {
-      pools.small_pool_bytes = *sizes.small_pool_bytes;
-    } else if (cache.enabled && AsyncCuda<D>::creates_pools) {
-      pools.small_pool_bytes = cache.max_block_bytes;
-    }
-    auto base = AsyncCuda<D>::create(streams, pools);
-    if (!base && !named && pools.small_pool_bytes != 0) base = AsyncCuda<D>::create(streams, AsyncCudaOptions{});
+    auto base = make_base(streams, *env, cache);
     if (!base) return std::move(base).error();
     FileSink sink;
     if (env->log_file) {
@@ -94,14 +86,51 @@ struct StackBuilder<DefaultStackOn<D>> {
     }
     BudgetOptions budget;
     budget.limit_bytes = env->budget_bytes;
-    using Base = Cached<Budget<AsyncCuda<D>>>;
-    auto cached = Base::create(Budget<AsyncCuda<D>>(std::move(*base), budget), cache);
+    using Base = Cached<Budget<PoolOrVirtual<D>>>;
+    auto cached = Base::create(Budget<PoolOrVirtual<D>>(std::move(*base), budget), cache);
     if (!cached) {
       if (cached.error().code() != errc::invalid_argument) return std::move(cached).error();
       return error{errc::invalid_argument, std::string(ENV_CACHE) + ": " + cached.error().message()};
     }
     using Logged = Logging<Base, FileSink>;
     return DefaultStackOn<D>(GraphPools<Logged>(Logged(std::move(*cached), std::move(sink))));
+  }
+
+ private:
+  /// The base resource XLOGRT_BACKEND names.
+  static result<PoolOrVirtual<D>> make_base(const std::shared_ptr<StreamPool<D>>& streams, const EnvConfig& env,
+                                            const CachedOptions& cache) noexcept {
+    if (env.backend == Backend::vmm) {
+      if constexpr (PoolOrVirtual<D>::has_virtual) {
+        // The pool resource stays idle (PoolOrVirtual::upstream), with no pool of its own.
+        auto idle = AsyncCuda<D>::create(streams, AsyncCudaOptions{.reserve_events = 0});
+        if (!idle) return std::move(idle).error();
+        auto virt = VirtualCuda<D>::create(streams);
+        if (!virt) return std::move(virt).error();
+        return PoolOrVirtual<D>(std::move(*idle), std::move(*virt));
+      } else {
+        return error{errc::invalid_argument, std::string(ENV_BACKEND) +
+                                                 "=vmm needs a driver with the virtual memory calls "
+                                                 "(VirtualMemoryDriver); use pool with this one"};
+      }
+    }
+    // The blocks the cache may keep come from a pool of their own, where they split no
+    // free range of the large blocks' pool (design notes, "The caching layer's memory").
+    // XLOGRT_CACHE=small_pool_bytes=SIZE names the bound (0: one pool), and a driver that
+    // cannot create pools refuses a named one (AsyncCuda::create); the default falls back
+    // to one pool where there is no second one to be had.
+    const auto& sizes = env.cache_sizes;
+    AsyncCudaOptions pools;
+    const bool named = sizes.small_pool_bytes.has_value();
+    if (named) {
+      pools.small_pool_bytes = *sizes.small_pool_bytes;
+    } else if (cache.enabled && AsyncCuda<D>::creates_pools) {
+      pools.small_pool_bytes = cache.max_block_bytes;
+    }
+    auto base = AsyncCuda<D>::create(streams, pools);
+    if (!base && !named && pools.small_pool_bytes != 0) base = AsyncCuda<D>::create(streams, AsyncCudaOptions{});
+    if (!base) return std::move(base).error();
+    return PoolOrVirtual<D>(std::move(*base));
   }
 };
 

@@ -23,6 +23,11 @@
 //                        except thread_block_bytes=0, which CachedOptions defines (no
 //                        thread bins, every block goes through the depots), and
 //                        small_pool_bytes=0 (one pool for all sizes).
+//   XLOGRT_BACKEND       the default stack's base resource: pool (AsyncCuda, the device's
+//                        stream-ordered memory pool) or vmm (VirtualCuda: one reserved
+//                        address range, physical pages mapped on demand and given back by
+//                        trim; needs a device with virtual memory management). Any case.
+//                        Unset or empty: pool.
 // A malformed value is an invalid_argument error that names the variable and the value;
 // nothing here aborts or throws.
 
@@ -42,6 +47,13 @@ namespace xlogrt {
 inline constexpr const char* ENV_BUDGET_BYTES = "XLOGRT_BUDGET_BYTES";
 inline constexpr const char* ENV_LOG_FILE = "XLOGRT_LOG_FILE";
 inline constexpr const char* ENV_CACHE = "XLOGRT_CACHE";
+inline constexpr const char* ENV_BACKEND = "XLOGRT_BACKEND";
+
+/// The default stack's base resource (XLOGRT_BACKEND).
+enum class Backend : std::uint8_t {
+  pool,  ///< AsyncCuda
+  vmm,   ///< VirtualCuda
+};
 
 /// What the environment asks of the default stack.
 /// Not thread-safe: a value, owned by one thread at a time.
@@ -50,6 +62,7 @@ struct EnvConfig {
   std::optional<std::string> log_file;      ///< unset: no logging
   bool cache = true;                        ///< the caching layer on
   bool cache_nvtx = false;                  ///< ... marking its blocks for compute-sanitizer
+  Backend backend = Backend::pool;          ///< the base resource
   /// The caching layer's sizes XLOGRT_CACHE sets; unset: CachedOptions' defaults.
   struct CacheSizes {
     std::optional<std::size_t> max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, depot_bytes;
@@ -149,8 +162,21 @@ inline result<std::size_t> parse_byte_size(std::string_view text, std::string_vi
 /// Builds the configuration from the variables' values (nullptr: unset). Errors:
 /// invalid_argument naming the variable and its value.
 inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* log_file,
-                                          const char* cache = nullptr) {
+                                          const char* cache = nullptr, const char* backend = nullptr) {
   EnvConfig c;
+  if (backend != nullptr && *backend != '\0') {
+    std::string lower(backend);
+    for (char& ch : lower) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+    if (lower == "pool") {
+      c.backend = Backend::pool;
+    } else if (lower == "vmm") {
+      c.backend = Backend::vmm;
+    } else {
+      return error{errc::invalid_argument, std::string(ENV_BACKEND) + "='" + detail::printable(backend) +
+                                               "' is not one of pool (the device's memory pool) or vmm (virtual "
+                                               "memory); unset it for pool"};
+    }
+  }
   if (budget_bytes != nullptr && *budget_bytes != '\0') {
     auto b = parse_byte_size(budget_bytes, ENV_BUDGET_BYTES, MAX_BUDGET_BYTES,
                              " (a budget of 0 bytes would refuse every allocation; unset the variable for no budget)");
@@ -213,10 +239,11 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
   return c;
 }
 
-/// Reads XLOGRT_BUDGET_BYTES and XLOGRT_LOG_FILE from the environment. Not thread-safe
-/// against a concurrent setenv (std::getenv's own rule).
+/// Reads XLOGRT_BUDGET_BYTES, XLOGRT_LOG_FILE, XLOGRT_CACHE and XLOGRT_BACKEND from the
+/// environment. Not thread-safe against a concurrent setenv (std::getenv's own rule).
 inline result<EnvConfig> read_env_config() {
-  return parse_env_config(std::getenv(ENV_BUDGET_BYTES), std::getenv(ENV_LOG_FILE), std::getenv(ENV_CACHE));
+  return parse_env_config(std::getenv(ENV_BUDGET_BYTES), std::getenv(ENV_LOG_FILE), std::getenv(ENV_CACHE),
+                          std::getenv(ENV_BACKEND));
 }
 
 }  // namespace xlogrt

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+// detail::FreeRanges: the free ranges of one address space, kept best-fit and coalesced,
+// each carrying a sequence number. VirtualCuda keeps one set of ranges known free on
+// every stream (sequence 0) and one per stream for the ranges freed on it whose free is
+// not yet known complete; there the sequence is the stream's free count at the latest
+// free that produced the range, and a range retires once the device is seen past it.
+//
+// Invariants: the ranges are disjoint; no two are adjacent (an insert merges a range
+// with its neighbours, the merged range taking the larger sequence: a stream that is
+// past the later free is past the earlier one too); `by_size` holds exactly the pairs
+// (bytes, offset) of `by_addr`; `bytes()` is the sum of the ranges' sizes. Offsets and
+// sizes are whatever the caller gives (VirtualCuda keeps both multiples of its
+// alignment); the set does not align them.
+//
+// Not thread-safe: VirtualCuda guards it with its arena mutex. Its members allocate
+// (std::map nodes) and may throw std::bad_alloc; callers catch it.
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+namespace xlogrt::detail {
+
+class FreeRanges {
+ public:
+  struct Range {
+    std::uint64_t offset = 0;
+    std::uint64_t bytes = 0;
+    std::uint64_t seq = 0;
+  };
+
+  /// Adds [offset, offset + bytes), which overlaps no range of the set, merging it with
+  /// the ranges that touch it.
+  void insert(std::uint64_t offset, std::uint64_t bytes, std::uint64_t seq) {
+    std::uint64_t start = offset;
+    std::uint64_t end = offset + bytes;
+    auto next = by_addr_.lower_bound(offset);
+    if (next != by_addr_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second.bytes == start) {
+        start = prev->first;
+        seq = std::max(seq, prev->second.seq);
+        erase(prev);
+      }
+    }
+    next = by_addr_.lower_bound(end);
+    if (next != by_addr_.end() && next->first == end) {
+      end += next->second.bytes;
+      seq = std::max(seq, next->second.seq);
+      erase(next);
+    }
+    by_addr_.emplace(start, Value{end - start, seq});
+    by_size_.emplace(end - start, start);
+    total_ += end - start;
+  }
+
+  /// The smallest range of at least `bytes` (the lowest address among equals).
+  std::optional<Range> best_fit(std::uint64_t bytes) const {
+    auto it = by_size_.lower_bound({bytes, 0});
+    if (it == by_size_.end()) return std::nullopt;
+    const Value& v = by_addr_.at(it->second);
+    return Range{it->second, v.bytes, v.seq};
+  }
+
+  /// Removes the first `bytes` of the range that starts at `offset` (best_fit's); the
+  /// rest stays, with the same sequence.
+  void take_front(std::uint64_t offset, std::uint64_t bytes) {
+    auto it = by_addr_.find(offset);
+    const Value v = it->second;
+    erase(it);
+    if (v.bytes > bytes) {
+      by_addr_.emplace(offset + bytes, Value{v.bytes - bytes, v.seq});
+      by_size_.emplace(v.bytes - bytes, offset + bytes);
+      total_ += v.bytes - bytes;
+    }
+  }
+
+  /// Moves every range whose sequence is at most `seq` into `to` (as sequence 0), and
+  /// returns how many bytes moved.
+  std::uint64_t retire_into(FreeRanges& to, std::uint64_t seq) {
+    std::uint64_t moved = 0;
+    for (auto it = by_addr_.begin(); it != by_addr_.end();) {
+      if (it->second.seq > seq) {
+        ++it;
+        continue;
+      }
+      const std::uint64_t off = it->first;
+      const std::uint64_t n = it->second.bytes;
+      it = erase(it);
+      to.insert(off, n, 0);
+      moved += n;
+    }
+    return moved;
+  }
+
+  /// Calls f(offset, bytes) for every range, in address order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& [off, v] : by_addr_) f(off, v.bytes);
+  }
+
+  /// Calls f(offset, bytes) for every range in address order while f returns true.
+  template <class F>
+  void for_each_until(F&& f) const {
+    for (const auto& [off, v] : by_addr_) {
+      if (!f(off, v.bytes)) return;
+    }
+  }
+
+  std::uint64_t bytes() const noexcept { return total_; }
+  std::size_t count() const noexcept { return by_addr_.size(); }
+  bool empty() const noexcept { return by_addr_.empty(); }
+
+ private:
+  struct Value {
+    std::uint64_t bytes = 0;
+    std::uint64_t seq = 0;
+  };
+  using Map = std::map<std::uint64_t, Value>;
+
+  Map::iterator erase(Map::iterator it) {
+    by_size_.erase({it->second.bytes, it->first});
+    total_ -= it->second.bytes;
+    return by_addr_.erase(it);
+  }
+
+  Map by_addr_;                                             // offset -> size, sequence
+  std::set<std::pair<std::uint64_t, std::uint64_t>> by_size_;  // (size, offset)
+  std::uint64_t total_ = 0;
+};
+
+}  // namespace xlogrt::detail
