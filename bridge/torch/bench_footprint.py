@@ -34,7 +34,8 @@ def run(workload, allocator, steps, extra_env=None):
     cmd = [sys.executable, os.path.join(HERE, "real_models.py"), "--allocator", allocator, "--case", workload,
            "--steps", str(steps), "--handshake"]
     env = dict(os.environ)
-    for k in ("PYTORCH_CUDA_ALLOC_CONF", "XLOGRT_CACHE", "XLOGRT_LOG_FILE", "XLOGRT_BUDGET_BYTES"):
+    for k in ("PYTORCH_CUDA_ALLOC_CONF", "XLOGRT_CACHE", "XLOGRT_LOG_FILE", "XLOGRT_BUDGET_BYTES",
+              "XLOGRT_BACKEND"):
         env.pop(k, None)
     env.update(allocator_env(allocator))
     env.update(extra_env or {})

@@ -45,6 +45,8 @@ ALLOCATOR_ENV = {
     "xlogrt-64k": {"XLOGRT_CACHE": "max_block_bytes=64K"},
     "xlogrt-smallpool": {"XLOGRT_CACHE": "small_pool_bytes=1M"},
     "xlogrt-onepool": {"XLOGRT_CACHE": "small_pool_bytes=0"},
+    "xlogrt-vmm": {"XLOGRT_BACKEND": "vmm"},
+    "xlogrt-vmm-nocache": {"XLOGRT_BACKEND": "vmm", "XLOGRT_CACHE": "0"},
 }
 
 

@@ -96,8 +96,9 @@ auto* graph_pools(int device) noexcept {
 
 /// The device pools the stack allocates from: the default one, and the small blocks' own
 /// (null when the stack has none).
+/// Under XLOGRT_BACKEND=vmm the pools serve nothing (see PoolOrVirtual).
 std::array<CUmemoryPool, 2> pools(Runtime& rt) {
-  const auto& base = xlogrt::find_layer<xlogrt::Budget>(rt.stack())->upstream();
+  const auto& base = *xlogrt::find_layer<xlogrt::AsyncCuda>(rt.stack());
   return {base.pool(), base.small_pool() != base.pool() ? base.small_pool() : nullptr};
 }
 
@@ -335,6 +336,12 @@ int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
   const auto graphs = xlogrt::find_layer<xlogrt::GraphPools>(rt.stack())->graph_stats();
   out->graph_pool_bytes = graphs.held_bytes;
   out->graph_pool_live_bytes = graphs.live_bytes;
+  if (const auto* vmm = xlogrt::find_layer<xlogrt::Budget>(rt.stack())->upstream().virtual_base()) {
+    const auto v = vmm->stats();  // the physical pages stand for the pool's reserve
+    out->pool_reserved = v.physical_bytes;
+    out->pool_reserved_peak = v.peak_physical_bytes;
+    out->pool_used = v.used_bytes;
+  }
   out->stream_ids = rt.streams()->size();
   out->streams_recycled = rt.streams()->recycled();
   return 0;
@@ -431,6 +438,10 @@ int xlogrt_torch_empty_cache(int device) {
   auto& rt = r->runtime();
   (void)xlogrt::find_layer<xlogrt::Cached>(rt.stack())->trim();
   if (auto done = rt.reap_pending(); !done) return set_error(done.error().what()), -1;
+  if (auto* vmm = xlogrt::find_layer<xlogrt::Budget>(rt.stack())->upstream().virtual_base()) {
+    if (auto done = vmm->trim(); !done) return set_error(done.error().what()), -1;  // unmaps and releases idle pages
+    return 0;
+  }
   for (auto pool : pools(rt)) {
     if (pool == nullptr) continue;
     if (auto done = rt.driver().mempool_trim_to(pool, 0); !done) return set_error(done.error().what()), -1;

@@ -126,7 +126,8 @@ typedef struct xlogrt_torch_stats {
   uint64_t pool_reserved;     /* the reserved memory of the stack's device pools (cuMemPoolGetAttribute):
                                  the device's default pool and the small blocks' own */
   uint64_t pool_reserved_peak;/* the sum of their highest since they were created (a bound of the peak) */
-  uint64_t pool_used;         /* the memory their allocations occupy */
+  uint64_t pool_used;         /* the memory their allocations occupy (XLOGRT_BACKEND=vmm: these three are the
+                                 physical pages held, their highest, and the blocks' bytes) */
   uint64_t device_allocs;     /* requests the caching layer passed to the pool */
   uint64_t alloc_retries;     /* pool failures retried after the cache gave memory back */
   uint64_t budget_bytes;      /* the device's budget; UINT64_MAX: none */
