@@ -61,6 +61,24 @@ TEST_CASE("the environment's configuration", "[env_config]") {
   CHECK(env->log_file == "x.csv");
 }
 
+TEST_CASE("XLOGRT_LOG_SAMPLES: milliseconds between the log's samples, or off", "[env_config]") {
+  auto at = [](const char* v) { return parse_env_config(nullptr, nullptr, nullptr, nullptr, v); };
+  CHECK_FALSE(at(nullptr)->log_sample_ms);
+  CHECK_FALSE(at("")->log_sample_ms);
+  CHECK(at("0")->log_sample_ms == 0u);
+  CHECK(at("off")->log_sample_ms == 0u);
+  CHECK(at("250")->log_sample_ms == 250u);
+  CHECK(at("5ms")->log_sample_ms == 5u);
+  CHECK(at("3600000")->log_sample_ms == 3600000u);
+  for (const char* bad : {"3600001", "-1", "1.5", "ms", "10s", "on", "99999999999", "1\n"}) {
+    auto r = at(bad);
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code() == errc::invalid_argument);
+    CHECK_THAT(r.error().message(), Catch::StartsWith("XLOGRT_LOG_SAMPLES='"));
+    CHECK(r.error().message().find('\n') == std::string::npos);
+  }
+}
+
 TEST_CASE("XLOGRT_CACHE: a mode and the caching layer's sizes, comma-separated", "[env_config]") {
   auto c = parse_env_config(nullptr, nullptr, "on,depot_bytes=4G,thread_bytes=256M,thread_block_bytes=512K");
   REQUIRE(c.has_value());

@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <chrono>
+#include <fstream>
 #include <future>
+#include <sstream>
 #include <string>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -205,6 +207,49 @@ TEST_CASE("the default stack names XLOGRT_LOG_FILE in its errors, escapes the pa
   auto on_fifo = f.get();
   REQUIRE_FALSE(on_fifo);
   CHECK_THAT(on_fifo.error().message(), Catch::StartsWith("XLOGRT_LOG_FILE: ") && Catch::Contains("a FIFO"));
+}
+
+TEST_CASE("XLOGRT_LOG_SAMPLES=0 leaves the default stack's log in RMM's layout alone", "[sim][logging]") {
+  SimDriver sim;
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 2);
+  REQUIRE(pool.has_value());
+  const std::string path = "xlogrt_test_log_samples_" + std::to_string(::getpid()) + ".csv";
+  auto log_of = [&](const char* samples) {
+    REQUIRE(::setenv("XLOGRT_LOG_FILE", path.c_str(), 1) == 0);
+    if (samples != nullptr) REQUIRE(::setenv("XLOGRT_LOG_SAMPLES", samples, 1) == 0);
+    {
+      auto s = StackBuilder<DefaultStackOn<SimDriver>>::build(*pool);
+      REQUIRE(::unsetenv("XLOGRT_LOG_FILE") == 0);
+      REQUIRE(::unsetenv("XLOGRT_LOG_SAMPLES") == 0);
+      REQUIRE(s.has_value());
+      for (int i = 0; i < 4; ++i) {
+        auto b = s->allocate(4096, StreamId{0}, AllocTag{1});
+        REQUIRE(b.has_value());
+        REQUIRE(s->deallocate(std::move(*b)).has_value());
+      }
+      sim.run_until_idle();
+      REQUIRE(s->reap_pending().has_value());
+    }  // the sink writes what it holds and closes
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    (void)::unlink(path.c_str());
+    return text.str();
+  };
+  const std::string plain = log_of("0"), with = log_of(nullptr), off = log_of("off");
+  CHECK(plain.find("allocate") != std::string::npos);
+  CHECK(plain.find("sample") == std::string::npos);
+  CHECK(off.find("sample") == std::string::npos);
+  CHECK(with.find("sample held") != std::string::npos);  // the default samples at the first record
+
+  REQUIRE(::setenv("XLOGRT_LOG_FILE", path.c_str(), 1) == 0);
+  REQUIRE(::setenv("XLOGRT_LOG_SAMPLES", "10s", 1) == 0);
+  auto bad = StackBuilder<DefaultStackOn<SimDriver>>::build(*pool);
+  REQUIRE(::unsetenv("XLOGRT_LOG_FILE") == 0);
+  REQUIRE(::unsetenv("XLOGRT_LOG_SAMPLES") == 0);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code() == errc::invalid_argument);
+  CHECK_THAT(bad.error().message(), Catch::StartsWith("XLOGRT_LOG_SAMPLES='10s'"));
 }
 
 namespace {

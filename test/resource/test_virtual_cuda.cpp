@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <xlogrt/resource/pool_or_virtual.hpp>
+#include <xlogrt/resource/stack_sample.hpp>
 #include <xlogrt/resource/virtual_cuda.hpp>
 #include <xlogrt/runtime/env_config.hpp>
 #include <xlogrt/sim/sim_driver.hpp>
@@ -92,6 +93,25 @@ TEST_CASE("the default stack with XLOGRT_BACKEND=vmm stands on VirtualCuda and c
     expect_ok(rig.stack->deallocate(std::move(b)));
   }
   conformance_suite<Entry<DefaultStackOn<SimDriver>>>(sim);
+}
+
+TEST_CASE("a sample of the default stack over VirtualCuda reads the virtual base, not the idle pool",
+          "[vmm][logging]") {
+  ScopedEnv env(ENV_BACKEND, "vmm");
+  SimDriver sim{SimConfig{}};
+  Rig<Entry<DefaultStackOn<SimDriver>>> rig(sim);
+  auto b = value(rig.stack->allocate(3 * MIB, StreamId{1}, AllocTag{7}));
+  const auto* v = find_layer<Budget>(*rig.stack)->upstream().virtual_base();
+  REQUIRE(v != nullptr);
+  const StackSample s = sample_stack(*rig.stack);
+  REQUIRE(s.held.has_value());
+  CHECK(*s.held == v->bytes_outstanding());
+  CHECK(*s.held >= 3 * MIB);  // through upstream() it would be the idle pool's 0
+  REQUIRE(s.pool_reserved.has_value());
+  CHECK(*s.pool_reserved == v->stats().physical_bytes);
+  CHECK(*s.pool_reserved >= 3 * MIB);
+  CHECK_FALSE(s.queued.has_value());
+  expect_ok(rig.stack->deallocate(std::move(b)));
 }
 
 TEST_CASE("XLOGRT_BACKEND: pool, vmm (any case) or unset; anything else is a named error", "[vmm][env]") {

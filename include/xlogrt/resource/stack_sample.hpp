@@ -25,6 +25,10 @@
 // - pool_reserved, pool_used: the sums over the base's distinct pools (pool() and
 //   small_pool()) of the driver's mempool_usage (CudaDriver: cuMemPoolGetAttribute).
 //   Left out while a capture window is open (a global-mode capture may forbid the call).
+// - A base that holds a virtual memory base in use (PoolOrVirtual with XLOGRT_BACKEND=vmm:
+//   virtual_base() not null) is sampled there instead of through upstream(), the idle
+//   pool: held is that base's bytes_outstanding(), pool_reserved its physical pages
+//   (mapped and spare), pool_used the bytes its blocks occupy; queued is left out.
 //
 // The figures are read one after another, not at one instant: under concurrent
 // allocation they can disagree by the blocks that moved between the reads. At a quiet
@@ -78,6 +82,18 @@ void sample_layer(const L& layer, StackSample& out) noexcept {
     try {
       add_to(out.cached, layer.stats().cached_bytes);
     } catch (...) {  // stats() ran out of host memory: this sample goes without the figure
+    }
+  }
+  if constexpr (requires { layer.virtual_base(); }) {
+    if (const auto* v = layer.virtual_base()) {
+      out.held = v->bytes_outstanding();
+      try {
+        const auto st = v->stats();
+        out.pool_reserved = static_cast<std::size_t>(st.physical_bytes);
+        out.pool_used = static_cast<std::size_t>(st.used_bytes);
+      } catch (...) {  // its lock failed: this sample goes without the two figures
+      }
+      return;
     }
   }
   if constexpr (requires { layer.upstream(); }) {

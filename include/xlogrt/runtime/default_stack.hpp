@@ -77,7 +77,9 @@ struct StackBuilder<DefaultStackOn<D>> {
     if (!base) return std::move(base).error();
     FileSink sink;
     if (env->log_file) {
-      auto opened = FileSink::open(*env->log_file);  // its messages escape the path
+      LogSinkOptions options;
+      if (env->log_sample_ms) options.sample_every = std::chrono::milliseconds(*env->log_sample_ms);
+      auto opened = FileSink::open(*env->log_file, options);  // its messages escape the path
       if (!opened) {
         return error{opened.error().code(), std::string(ENV_LOG_FILE) + ": " + opened.error().message(),
                      opened.error().driver_status()};

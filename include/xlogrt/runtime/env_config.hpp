@@ -9,6 +9,11 @@
 //                        budget.
 //   XLOGRT_LOG_FILE      the CSV file Logging writes (see logging.hpp). Unset or empty:
 //                        logging off.
+//   XLOGRT_LOG_SAMPLES   how often the log samples what the stack holds ('sample' lines,
+//                        which tools/memviz draws): whole milliseconds, an optional "ms"
+//                        suffix, at most 3600000; 0 / off: no sample lines, the log is
+//                        RMM's layout alone (for RMM's replay tools). Unset or empty:
+//                        LogSinkOptions' default (10 ms).
 //   XLOGRT_CACHE         comma-separated items. 0 / off / false: the caching layer
 //                        passes every call straight to the driver's pool; nvtx: caching
 //                        on, its blocks marked for compute-sanitizer (in a program that
@@ -48,6 +53,7 @@ inline constexpr const char* ENV_BUDGET_BYTES = "XLOGRT_BUDGET_BYTES";
 inline constexpr const char* ENV_LOG_FILE = "XLOGRT_LOG_FILE";
 inline constexpr const char* ENV_CACHE = "XLOGRT_CACHE";
 inline constexpr const char* ENV_BACKEND = "XLOGRT_BACKEND";
+inline constexpr const char* ENV_LOG_SAMPLES = "XLOGRT_LOG_SAMPLES";
 
 /// The default stack's base resource (XLOGRT_BACKEND).
 enum class Backend : std::uint8_t {
@@ -60,6 +66,7 @@ enum class Backend : std::uint8_t {
 struct EnvConfig {
   std::optional<std::size_t> budget_bytes;  ///< unset: no budget
   std::optional<std::string> log_file;      ///< unset: no logging
+  std::optional<std::uint32_t> log_sample_ms;  ///< XLOGRT_LOG_SAMPLES; 0: none; unset: the sink's default
   bool cache = true;                        ///< the caching layer on
   bool cache_nvtx = false;                  ///< ... marking its blocks for compute-sanitizer
   Backend backend = Backend::pool;          ///< the base resource
@@ -162,8 +169,28 @@ inline result<std::size_t> parse_byte_size(std::string_view text, std::string_vi
 /// Builds the configuration from the variables' values (nullptr: unset). Errors:
 /// invalid_argument naming the variable and its value.
 inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* log_file,
-                                          const char* cache = nullptr, const char* backend = nullptr) {
+                                          const char* cache = nullptr, const char* backend = nullptr,
+                                          const char* log_samples = nullptr) {
   EnvConfig c;
+  if (log_samples != nullptr && *log_samples != '\0') {
+    std::string_view v = log_samples;
+    if (v == "off") {
+      c.log_sample_ms = 0;
+    } else {
+      if (v.size() > 2 && v.substr(v.size() - 2) == "ms") v.remove_suffix(2);
+      std::uint64_t ms = 0;
+      const bool digits = !v.empty() && v.size() <= 7 && std::all_of(v.begin(), v.end(), [](char ch) {
+        return ch >= '0' && ch <= '9';
+      });
+      for (char ch : v) ms = ms * 10 + static_cast<std::uint64_t>(ch - '0');
+      if (!digits || ms > 3600000) {
+        return error{errc::invalid_argument, std::string(ENV_LOG_SAMPLES) + "='" + detail::printable(log_samples) +
+                                                 "' is not a whole number of milliseconds from 0 to 3600000 "
+                                                 "(optionally with ms) or off; 0 or off writes no sample lines"};
+      }
+      c.log_sample_ms = static_cast<std::uint32_t>(ms);
+    }
+  }
   if (backend != nullptr && *backend != '\0') {
     std::string lower(backend);
     for (char& ch : lower) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
@@ -239,11 +266,12 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
   return c;
 }
 
-/// Reads XLOGRT_BUDGET_BYTES, XLOGRT_LOG_FILE, XLOGRT_CACHE and XLOGRT_BACKEND from the
-/// environment. Not thread-safe against a concurrent setenv (std::getenv's own rule).
+/// Reads XLOGRT_BUDGET_BYTES, XLOGRT_LOG_FILE, XLOGRT_CACHE, XLOGRT_BACKEND and
+/// XLOGRT_LOG_SAMPLES from the environment. Not thread-safe against a concurrent setenv
+/// (std::getenv's own rule).
 inline result<EnvConfig> read_env_config() {
   return parse_env_config(std::getenv(ENV_BUDGET_BYTES), std::getenv(ENV_LOG_FILE), std::getenv(ENV_CACHE),
-                          std::getenv(ENV_BACKEND));
+                          std::getenv(ENV_BACKEND), std::getenv(ENV_LOG_SAMPLES));
 }
 
 }  // namespace xlogrt
