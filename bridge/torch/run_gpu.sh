@@ -12,7 +12,8 @@
 #        (gpu_thrust_sort), and the torch bridge's cases (test_torch_bridge.py);
 # bench: bench_allocators.py (native / xlogrt / plain async, alternating processes);
 # real: pip installs the package (as a user does) into build-gpu/site, then the bridge's
-#       cases (test_torch_bridge.py) and real models (test_real_models.py) through it.
+#       cases (test_torch_bridge.py), real models (test_real_models.py) and, over
+#       XLOGRT_BACKEND=vmm, empty_cache giving pages back (test_vmm_trim.py) through it.
 # frameworks: pip installs the package into build-gpu/site, then CuPy, Numba and the three
 #       frameworks in one process through it (test_frameworks.py).
 # graphs: pip installs the package into build-gpu/site, then CUDA graphs (torch.cuda.graph,
@@ -86,6 +87,8 @@ case ${1:-} in
       tee "$out/test_torch_bridge.log"
     [ "${PIPESTATUS[0]}" = 0 ] || fail=1
     python3 bridge/torch/test_real_models.py --target "$site" --out "$out" 2>&1 | tee "$out/test_real_models.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || fail=1
+    PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} python3 bridge/torch/test_vmm_trim.py 2>&1 | tee "$out/test_vmm_trim.log"
     [ "${PIPESTATUS[0]}" = 0 ] || fail=1
     echo "run_gpu.sh real: $([ $fail = 0 ] && echo PASSED || echo FAILED)"
     exit $fail
