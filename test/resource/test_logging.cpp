@@ -285,7 +285,7 @@ TEST_CASE("Logging samples the stack on its clock: at the first record, then onc
     churn(log, 1);
     const auto s = samples_in(log.sink());
     CHECK(s.size() >= 2);
-    CHECK(s.size() <= 401);
+    CHECK(s.size() <= 402);  // at most one a record: 201 allocations and 201 frees
     for (const auto& r : s) CHECK((r.bytes == 0 || r.bytes == 64));
   }
   SECTION("no period: none on its own, one when asked; none from an inactive sink") {
