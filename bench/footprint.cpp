@@ -311,7 +311,9 @@ int main(int argc, char** argv) {
     };
     auto virtual_base = [](const auto& pool) {
       auto idle = check(AsyncCuda<SimDriver>::create(pool, AsyncCudaOptions{.reserve_events = 0}), "creating AsyncCuda");
-      return PoolOrVirtual<SimDriver>(std::move(idle), check(VirtualCuda<SimDriver>::create(pool), "creating VirtualCuda"));
+      // One region, as the default stack builds it with the cache off.
+      auto virt = VirtualCuda<SimDriver>::create(pool, VirtualCudaOptions{.small_block_bytes = 0});
+      return PoolOrVirtual<SimDriver>(std::move(idle), check(std::move(virt), "creating VirtualCuda"));
     };
     const Result off = replay(t, reap_every, uncached(pool_base));
     const Result vm_on = replay(t, reap_every, [](const auto& pool) {

@@ -90,7 +90,19 @@ TEST_CASE("the default stack with XLOGRT_BACKEND=vmm stands on VirtualCuda and c
     auto b = value(rig.stack->allocate(3 * MIB, StreamId{1}, AllocTag{7}));
     CHECK(b.ptr() >= base->upstream().virtual_base()->base());
     CHECK(base->upstream().virtual_base()->stats().mapped_bytes >= 3 * MIB);
+    // The sizes the cache keeps get a region of their own.
+    CHECK(base->upstream().virtual_base()->stats().small_region_bytes != 0);
+    auto s = value(rig.stack->allocate(MIB, StreamId{1}, AllocTag{7}));
+    const VirtualStats st = base->upstream().virtual_base()->stats();
+    CHECK(s.ptr() - base->upstream().virtual_base()->base() >= st.reserved_bytes - st.small_region_bytes);
+    expect_ok(rig.stack->deallocate(std::move(s)));
     expect_ok(rig.stack->deallocate(std::move(b)));
+  }
+  {
+    // With the cache off, one region.
+    ScopedEnv off(ENV_CACHE, "0");
+    Rig<Entry<DefaultStackOn<SimDriver>>> rig(sim);
+    CHECK(find_layer<Budget>(*rig.stack)->upstream().virtual_base()->stats().small_region_bytes == 0);
   }
   conformance_suite<Entry<DefaultStackOn<SimDriver>>>(sim);
 }
@@ -325,6 +337,79 @@ TEST_CASE("VirtualCuda: under pressure, idle pages are taken before refusing; a 
   for (DeviceBlock* x : {&b, &c}) expect_ok(v.deallocate(std::move(*x)));
   value(v.trim());
   CHECK(physical(sim) == 0);
+  CHECK(sim.hazards().empty());
+}
+
+TEST_CASE("VirtualCuda keeps small blocks on pages of their own: freeing the large ones gives their pages back",
+          "[vmm]") {
+  // Small blocks (a cache above keeps them live) allocated between large ones. With one
+  // region they sit on the large blocks' pages and keep those mapped; with the small
+  // region they pack onto two pages at its start.
+  auto held_after_large_frees = [](std::size_t small_block_bytes) {
+    SimDriver sim{manual_config(128 * PAGE)};
+    VRig r(sim, VirtualCudaOptions{.reserve_bytes = 128 * PAGE, .small_block_bytes = small_block_bytes});
+    V& v = *r.res;
+    std::vector<DeviceBlock> large, small;
+    for (int i = 0; i < 16; ++i) {
+      large.push_back(value(v.allocate(3 * MIB, StreamId{1}, AllocTag{})));
+      small.push_back(value(v.allocate(256 * 1024, StreamId{1}, AllocTag{})));
+    }
+    const VirtualStats st = v.stats();
+    for (const DeviceBlock& b : small) {
+      const bool in_small_region = b.ptr() - v.base() >= st.reserved_bytes - st.small_region_bytes;
+      CHECK(in_small_region == (small_block_bytes != 0));
+    }
+    for (DeviceBlock& b : large) expect_ok(v.deallocate(std::move(b)));
+    (void)value(v.trim());
+    const std::size_t now = physical(sim);
+    for (DeviceBlock& b : small) expect_ok(v.deallocate(std::move(b)));
+    (void)value(v.trim());
+    CHECK(physical(sim) == 0);
+    CHECK(sim.hazards().empty());
+    return now;
+  };
+  CHECK(held_after_large_frees(MIB) == 2 * PAGE);  // 16 x 256 KiB: two pages
+  CHECK(held_after_large_frees(0) >= 16 * PAGE);   // one page or more per small block
+}
+
+TEST_CASE("VirtualCuda: a region with no room takes the other's; the small region is the range's last eighth",
+          "[vmm]") {
+  SimDriver sim{manual_config(64 * PAGE)};
+  VRig r(sim, VirtualCudaOptions{.reserve_bytes = 16 * PAGE});
+  V& v = *r.res;
+  const VirtualStats st = v.stats();
+  REQUIRE(st.small_region_bytes == 2 * PAGE);
+  const std::uint64_t boundary = st.reserved_bytes - st.small_region_bytes;
+  // The large region, all of it: one block of 14 pages, at the range's start.
+  auto whole = value(v.allocate(14 * PAGE, StreamId{1}, AllocTag{}));
+  CHECK(whole.ptr() == v.base());
+  // A large block with no room in its region takes the small one's.
+  auto large = value(v.allocate(PAGE, StreamId{1}, AllocTag{}));
+  CHECK(large.ptr() - v.base() == boundary);
+  auto small = value(v.allocate(MIB, StreamId{1}, AllocTag{}));
+  CHECK(small.ptr() - v.base() >= boundary);
+  // No range crosses the boundary: freeing the large region's block leaves it whole, and
+  // a small block with no room in its region takes from it.
+  expect_ok(v.deallocate(std::move(whole)));
+  expect_ok(v.reap_pending());
+  auto small2 = value(v.allocate(MIB, StreamId{1}, AllocTag{}));
+  CHECK(small2.ptr() - v.base() >= boundary);  // the small region's last MiB
+  auto small3 = value(v.allocate(MIB, StreamId{1}, AllocTag{}));
+  CHECK(small3.ptr() == v.base());  // the small region is full
+  for (DeviceBlock* x : {&large, &small, &small2, &small3}) expect_ok(v.deallocate(std::move(*x)));
+  (void)value(v.trim());
+  CHECK(physical(sim) == 0);
+  // The whole range is free, but no region holds 15 pages: refused, named.
+  auto big = v.allocate(15 * PAGE, StreamId{1}, AllocTag{});
+  REQUIRE_FALSE(big);
+  CHECK(big.error().code() == errc::out_of_memory);
+  CHECK(v.stats().used_bytes == 0);
+  // small_block_bytes 0: one region, a block may take the whole range.
+  VRig one(sim, VirtualCudaOptions{.reserve_bytes = 16 * PAGE, .small_block_bytes = 0});
+  CHECK(one.res->stats().small_region_bytes == 0);
+  auto all = value(one.res->allocate(16 * PAGE, StreamId{1}, AllocTag{}));
+  expect_ok(one.res->deallocate(std::move(all)));
+  (void)value(one.res->trim());
   CHECK(sim.hazards().empty());
 }
 

@@ -49,6 +49,12 @@ struct VirtualCudaOptions {
   /// rather than the address space's holes. false: new pages are created while the
   /// device has room, and idle ones are taken only under pressure.
   bool remap_idle = true;
+  /// Blocks of at most this many bytes (what a caching layer above keeps: Cached's
+  /// max_block_bytes) are carved from a region of their own, the last eighth of the
+  /// reserved range, and larger ones from the rest, so that the small blocks a cache
+  /// holds share pages with one another rather than keep pages mapped among the large
+  /// blocks. A request whose region has no room takes the other's. 0: one region.
+  std::size_t small_block_bytes = std::size_t{1} << 20;
   /// Events created up front, so the tracking hot path never creates one.
   std::size_t reserve_events = 64;
   /// FOR TESTS ONLY: a freed range becomes reusable on every stream at once, not only on
@@ -61,6 +67,7 @@ struct VirtualCudaOptions {
 struct VirtualStats {
   std::uint64_t reserved_bytes = 0;   ///< the address range
   std::uint64_t granularity = 0;      ///< the size of a physical page
+  std::uint64_t small_region_bytes = 0;  ///< the end of the range kept for small blocks (0: none)
   std::uint64_t mapped_bytes = 0;     ///< physical pages mapped in the range
   std::uint64_t physical_bytes = 0;   ///< mapped pages plus idle unmapped ones kept (spare)
   std::uint64_t used_bytes = 0;       ///< live and pending blocks, each rounded to the alignment
@@ -82,7 +89,13 @@ struct VirtualStats {
 /// table), pending on a stream S (freed on S, the free not yet known complete), or free
 /// (reusable on every stream). Free ranges, and each stream's pending ones, are kept
 /// best-fit and coalesced (detail::FreeRanges), at the option's alignment; an allocation
-/// on S takes the best fit among the free ranges and S's pending ones.
+/// on S takes the best fit among the free ranges and S's pending ones. The range is cut
+/// in two regions at a page boundary: the last eighth for blocks of at most
+/// small_block_bytes, the rest for larger ones. No free range crosses the boundary, an
+/// allocation searches its own region first and the other only when its own has no
+/// room, so the small blocks a cache keeps live pack onto pages of their own and the
+/// large blocks' pages go idle when the large blocks are freed. The cost: one block
+/// can be no larger than the large region (7/8 of the range).
 ///
 /// Physical pages. The range is cut in pages of the device's minimum granularity (2 MiB
 /// on the H200). Each page is mapped to a physical allocation of its own (cuMemCreate of

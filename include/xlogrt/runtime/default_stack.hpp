@@ -45,7 +45,9 @@ namespace xlogrt {
 ///   the device's pool (XLOGRT_CACHE=small_pool_bytes=SIZE sets the bound, 0: one pool;
 ///   with the cache off, one pool).
 ///   Or, with XLOGRT_BACKEND=vmm, VirtualCuda: blocks carved from one reserved address
-///   range over physical pages mapped on demand, idle pages given back by trim. The
+///   range over physical pages mapped on demand, idle pages given back by trim; the
+///   sizes the cache keeps from a region of the range of their own (with the cache off,
+///   one region). The
 ///   choice is PoolOrVirtual's, one predictable branch per call at the bottom of the stack.
 template <Driver D>
 using DefaultStackOn = Statistics<GraphPools<Logging<Cached<Budget<PoolOrVirtual<D>>>, FileSink>>>;
@@ -107,7 +109,11 @@ struct StackBuilder<DefaultStackOn<D>> {
         // The pool resource stays idle (PoolOrVirtual::upstream), with no pool of its own.
         auto idle = AsyncCuda<D>::create(streams, AsyncCudaOptions{.reserve_events = 0});
         if (!idle) return std::move(idle).error();
-        auto virt = VirtualCuda<D>::create(streams);
+        // The blocks the cache may keep get a region of their own (their pages apart from
+        // the large blocks'); with the cache off, one region.
+        VirtualCudaOptions options;
+        options.small_block_bytes = cache.enabled ? cache.max_block_bytes : 0;
+        auto virt = VirtualCuda<D>::create(streams, options);
         if (!virt) return std::move(virt).error();
         return PoolOrVirtual<D>(std::move(*idle), std::move(*virt));
       } else {

@@ -58,10 +58,18 @@ inline result<VirtualCuda<D>> VirtualCuda<D>::create(std::shared_ptr<StreamPool<
   st.granularity = page;
   st.counts.reserved_bytes = want;
   st.counts.granularity = page;
+  // The small blocks' region: the last eighth of the range, whole pages, when both
+  // regions hold at least one page.
+  const std::uint64_t small_region = options.small_block_bytes != 0 ? want / 8 / page * page : 0;
+  const std::uint64_t boundary = small_region != 0 ? want - small_region : 0;
+  st.counts.small_region_bytes = small_region;
   try {
     st.pages.resize(want / page);
     st.spare.reserve(want / page);  // a page is mapped or spare: pushing a spare never allocates
-    st.free.insert(0, want, 0);
+    st.free.set_boundary(boundary);
+    for (StreamFrees& f : st.frees) f.pending.set_boundary(boundary);
+    if (boundary != 0) st.free.insert(boundary, small_region, 0);
+    st.free.insert(0, want - small_region, 0);
   } catch (...) {
     return detail::virtual_host_oom("setting up the page table");
   }
@@ -112,10 +120,13 @@ inline result<DeviceBlock> VirtualCuda<D>::allocate(std::size_t bytes, StreamId 
   {
     std::unique_lock lock(st.mu);
     detail::FreeRanges& mine = st.frees[stream.value].pending;
-    // The best fit among the ranges free everywhere and those pending on this stream.
-    auto pick = [&] {
-      auto f = st.free.best_fit(need);
-      auto p = mine.best_fit(need);
+    // The best fit among the ranges free everywhere and those pending on this stream, in
+    // the request's region (1: the small blocks', or the only one), else in the other.
+    const bool split = st.free.boundary() != 0;
+    const std::size_t home = split && bytes > st.options.small_block_bytes ? 0 : 1;
+    auto pick_in = [&](std::size_t region) {
+      auto f = st.free.best_fit(need, region);
+      auto p = mine.best_fit(need, region);
       if (p && (!f || p->bytes < f->bytes)) {
         from = &mine;
         off = p->offset;
@@ -126,6 +137,7 @@ inline result<DeviceBlock> VirtualCuda<D>::allocate(std::size_t bytes, StreamId 
       }
       return from != nullptr;
     };
+    auto pick = [&] { return pick_in(home) || (split && pick_in(1 - home)); };
     if (!pick()) {
       // Frees on other streams the device has finished may make room.
       if (auto r = poll_locked(stream); !r) return std::move(r).error();

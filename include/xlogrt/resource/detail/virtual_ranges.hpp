@@ -10,14 +10,23 @@
 // Invariants: the ranges are disjoint; no two are adjacent (an insert merges a range
 // with its neighbours, the merged range taking the larger sequence: a stream that is
 // past the later free is past the earlier one too); `by_size` holds exactly the pairs
-// (bytes, offset) of `by_addr`; `bytes()` is the sum of the ranges' sizes. Offsets and
-// sizes are whatever the caller gives (VirtualCuda keeps both multiples of its
-// alignment); the set does not align them.
+// (bytes, offset) of `by_addr`, each in its region's set; `bytes()` is the sum of the
+// ranges' sizes. Offsets and sizes are whatever the caller gives (VirtualCuda keeps
+// both multiples of its alignment); the set does not align them.
+//
+// Regions. set_boundary(b) cuts the space in two regions, [0, b) and [b, ...): no range
+// crosses b (an insert never merges across it, and callers insert no range that
+// crosses it), and best_fit searches one region. VirtualCuda keeps the blocks a cache
+// above may hold in a region of their own this way, so that they share pages with one
+// another and not with the large blocks (region 0 below the boundary, 1 from it).
+// Without a boundary (0) everything is region 1.
 //
 // Not thread-safe: VirtualCuda guards it with its arena mutex. Its members allocate
 // (std::map nodes) and may throw std::bad_alloc; callers catch it.
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <map>
@@ -35,13 +44,18 @@ class FreeRanges {
     std::uint64_t seq = 0;
   };
 
-  /// Adds [offset, offset + bytes), which overlaps no range of the set, merging it with
-  /// the ranges that touch it.
+  /// The region below `boundary` is 0, the rest 1. Set on an empty set only.
+  void set_boundary(std::uint64_t boundary) noexcept { boundary_ = boundary; }
+  std::uint64_t boundary() const noexcept { return boundary_; }
+  std::size_t region_of(std::uint64_t offset) const noexcept { return offset < boundary_ ? 0 : 1; }
+
+  /// Adds [offset, offset + bytes), which overlaps no range of the set and does not cross
+  /// the boundary, merging it with the ranges that touch it in its region.
   void insert(std::uint64_t offset, std::uint64_t bytes, std::uint64_t seq) {
     std::uint64_t start = offset;
     std::uint64_t end = offset + bytes;
     auto next = by_addr_.lower_bound(offset);
-    if (next != by_addr_.begin()) {
+    if (next != by_addr_.begin() && start != boundary_) {
       auto prev = std::prev(next);
       if (prev->first + prev->second.bytes == start) {
         start = prev->first;
@@ -50,20 +64,21 @@ class FreeRanges {
       }
     }
     next = by_addr_.lower_bound(end);
-    if (next != by_addr_.end() && next->first == end) {
+    if (next != by_addr_.end() && next->first == end && end != boundary_) {
       end += next->second.bytes;
       seq = std::max(seq, next->second.seq);
       erase(next);
     }
     by_addr_.emplace(start, Value{end - start, seq});
-    by_size_.emplace(end - start, start);
+    sizes(start).emplace(end - start, start);
     total_ += end - start;
   }
 
-  /// The smallest range of at least `bytes` (the lowest address among equals).
-  std::optional<Range> best_fit(std::uint64_t bytes) const {
-    auto it = by_size_.lower_bound({bytes, 0});
-    if (it == by_size_.end()) return std::nullopt;
+  /// The smallest range of at least `bytes` in `region` (the lowest address among equals).
+  std::optional<Range> best_fit(std::uint64_t bytes, std::size_t region = 1) const {
+    const auto& by_size = by_size_[region];
+    auto it = by_size.lower_bound({bytes, 0});
+    if (it == by_size.end()) return std::nullopt;
     const Value& v = by_addr_.at(it->second);
     return Range{it->second, v.bytes, v.seq};
   }
@@ -76,7 +91,7 @@ class FreeRanges {
     erase(it);
     if (v.bytes > bytes) {
       by_addr_.emplace(offset + bytes, Value{v.bytes - bytes, v.seq});
-      by_size_.emplace(v.bytes - bytes, offset + bytes);
+      sizes(offset + bytes).emplace(v.bytes - bytes, offset + bytes);
       total_ += v.bytes - bytes;
     }
   }
@@ -123,16 +138,20 @@ class FreeRanges {
     std::uint64_t seq = 0;
   };
   using Map = std::map<std::uint64_t, Value>;
+  using Sizes = std::set<std::pair<std::uint64_t, std::uint64_t>>;  // (size, offset)
+
+  Sizes& sizes(std::uint64_t offset) noexcept { return by_size_[region_of(offset)]; }
 
   Map::iterator erase(Map::iterator it) {
-    by_size_.erase({it->second.bytes, it->first});
+    sizes(it->first).erase({it->second.bytes, it->first});
     total_ -= it->second.bytes;
     return by_addr_.erase(it);
   }
 
-  Map by_addr_;                                             // offset -> size, sequence
-  std::set<std::pair<std::uint64_t, std::uint64_t>> by_size_;  // (size, offset)
+  Map by_addr_;                   // offset -> size, sequence
+  std::array<Sizes, 2> by_size_;  // per region
   std::uint64_t total_ = 0;
+  std::uint64_t boundary_ = 0;    // 0: everything in region 1
 };
 
 }  // namespace xlogrt::detail
