@@ -96,6 +96,12 @@ auto* graph_pools(int device) noexcept {
 
 /// The device pools the stack allocates from: the default one, and the small blocks' own
 /// (null when the stack has none).
+/// The virtual memory base the stack allocates from under XLOGRT_BACKEND=vmm; null on
+/// the pool.
+auto* virtual_base(Runtime& rt) noexcept {
+  return xlogrt::find_layer<xlogrt::Budget>(rt.stack())->upstream().virtual_base();
+}
+
 /// Under XLOGRT_BACKEND=vmm the pools serve nothing (see PoolOrVirtual).
 std::array<CUmemoryPool, 2> pools(Runtime& rt) {
   const auto& base = *xlogrt::find_layer<xlogrt::AsyncCuda>(rt.stack());
@@ -336,7 +342,7 @@ int xlogrt_torch_get_stats(int device, xlogrt_torch_stats* out) {
   const auto graphs = xlogrt::find_layer<xlogrt::GraphPools>(rt.stack())->graph_stats();
   out->graph_pool_bytes = graphs.held_bytes;
   out->graph_pool_live_bytes = graphs.live_bytes;
-  if (const auto* vmm = xlogrt::find_layer<xlogrt::Budget>(rt.stack())->upstream().virtual_base()) {
+  if (const auto* vmm = virtual_base(rt)) {
     const auto v = vmm->stats();  // the physical pages stand for the pool's reserve
     out->pool_reserved = v.physical_bytes;
     out->pool_reserved_peak = v.peak_physical_bytes;
@@ -438,7 +444,7 @@ int xlogrt_torch_empty_cache(int device) {
   auto& rt = r->runtime();
   (void)xlogrt::find_layer<xlogrt::Cached>(rt.stack())->trim();
   if (auto done = rt.reap_pending(); !done) return set_error(done.error().what()), -1;
-  if (auto* vmm = xlogrt::find_layer<xlogrt::Budget>(rt.stack())->upstream().virtual_base()) {
+  if (auto* vmm = virtual_base(rt)) {
     if (auto done = vmm->trim(); !done) return set_error(done.error().what()), -1;  // unmaps and releases idle pages
     return 0;
   }

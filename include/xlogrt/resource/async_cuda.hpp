@@ -21,6 +21,7 @@
 #include "xlogrt/resource/block_table.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/device/capture_windows.hpp"
+#include "xlogrt/resource/detail/deferred_frees.hpp"
 #include "xlogrt/resource/detail/request.hpp"
 #include "xlogrt/resource/detail/slot_tag.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
@@ -302,7 +303,6 @@ class AsyncCuda {
 
   /// Frees deferred because their alloc stream was capturing, not yet queued.
   std::size_t deferred_frees() const {
-    std::lock_guard lock(state_->deferred_mu);
     return state_->deferred.size();
   }
 
@@ -463,9 +463,7 @@ class AsyncCuda {
     std::atomic<std::uint64_t> retired_total{0};
     std::mutex poll_mu;                // poll_pending, and the marks under it
     std::array<Mark, MAX_STREAMS> marks{};
-    mutable std::mutex deferred_mu;     // deferred, and has_deferred's changes
-    std::vector<DeviceBlock> deferred;  // frees deferred by a capture (live in the table)
-    std::atomic<bool> has_deferred{false};
+    detail::DeferredFrees deferred;     // frees deferred by a capture (live in the table)
 
     /// Release: pairs with reap_pending's acquire (the free was queued before this).
     void count_queued(std::uint32_t stream, std::uint64_t bytes) noexcept {

@@ -24,6 +24,7 @@
 #include "xlogrt/driver/status.hpp"
 #include "xlogrt/resource/block_table.hpp"
 #include "xlogrt/resource/concepts.hpp"
+#include "xlogrt/resource/detail/deferred_frees.hpp"
 #include "xlogrt/resource/detail/request.hpp"
 #include "xlogrt/resource/detail/slot_tag.hpp"
 #include "xlogrt/resource/detail/virtual_ranges.hpp"
@@ -232,7 +233,6 @@ class VirtualCuda {
     return state_->table.set_generation_for_testing(id, generation);
   }
   std::size_t deferred_frees() const {
-    std::lock_guard lock(state_->deferred_mu);
     return state_->deferred.size();
   }
   std::size_t live_blocks() const {
@@ -363,9 +363,7 @@ class VirtualCuda {
     VirtualStats counts;             // the peak and the page counters
 
     std::mutex poll_mu;  // one poll at a time
-    mutable std::mutex deferred_mu;
-    std::vector<DeviceBlock> deferred;  // frees deferred by a capture (live in the table)
-    std::atomic<bool> has_deferred{false};
+    detail::DeferredFrees deferred;  // frees deferred by a capture (live in the table)
 
     std::uint64_t physical_bytes() const noexcept { return (mapped.size() + spare.size()) * granularity; }
     std::uint64_t used_bytes() const noexcept { return size - free.bytes(); }

@@ -242,40 +242,13 @@ inline bool AsyncCuda<D>::capturing(stream_t s) const noexcept {
 
 template <Driver D>
 result<void> AsyncCuda<D>::defer_free(DeviceBlock&& b) noexcept {
-  // The table checks `b` as for the free; the callback, reached only when it passes,
-  // declines the erase.
-  bool valid = false;
-  auto checked = state_->table.erase_if(b.id(), &b, [&](Track&) -> result<void> {
-    valid = true;
-    return error{errc::cancelled, "deferred"};
-  });
-  if (!valid) return checked;
-  try {
-    std::lock_guard lock(state_->deferred_mu);
-    state_->deferred.push_back(std::move(b));
-    state_->has_deferred.store(true, std::memory_order_release);
-  } catch (...) {
-    return error{errc::out_of_memory, "host memory exhausted deferring a free during stream capture: the block "
-                                      "is still live; free it again after the capture ends"};
-  }
-  return ok();
+  return state_->deferred.defer(state_->table, std::move(b));
 }
 
 template <Driver D>
 inline result<void> AsyncCuda<D>::queue_deferred() noexcept {
-  if (!state_->has_deferred.load(std::memory_order_acquire)) return ok();
-  std::vector<DeviceBlock> todo;
-  {
-    std::lock_guard lock(state_->deferred_mu);
-    todo.swap(state_->deferred);
-    state_->has_deferred.store(false, std::memory_order_relaxed);
-  }
-  result<void> first = ok();
-  for (DeviceBlock& b : todo) {
-    auto r = free_general(std::move(b));  // defers again while the stream still captures
-    if (!r && first) first = std::move(r);
-  }
-  return first;
+  // free_general defers a block again while its stream still captures.
+  return state_->deferred.drain([this](DeviceBlock&& b) { return free_general(std::move(b)); });
 }
 
 template <Driver D>

@@ -270,23 +270,20 @@ inline result<typename D::phys_t> VirtualCuda<D>::page_for_locked(std::uint64_t 
   if (st.spare.empty() && st.options.remap_idle) {
     if (auto got = harvest_locked(wanted, false); !got) return std::move(got).error();
   }
+  auto create = [&] {
+    auto h = driver().mem_create(st.granularity, streams_->device()->handle());
+    if (h) ++st.counts.pages_created;
+    return h;
+  };
   if (!st.spare.empty()) return take_spare();
-  auto h = driver().mem_create(st.granularity, streams_->device()->handle());
-  if (h) {
-    ++st.counts.pages_created;
-    return *h;
-  }
-  if (h.error().driver_status() != status::out_of_memory) return std::move(h).error();
+  auto h = create();
+  if (h || h.error().driver_status() != status::out_of_memory) return h;
   // Pressure: retire what the device has finished, take idle pages, and try again.
   if (auto r = poll_locked(StreamId{static_cast<std::uint32_t>(MAX_STREAMS)}); !r) return std::move(r).error();
   if (auto got = harvest_locked(wanted, true); !got) return std::move(got).error();
   if (!st.spare.empty()) return take_spare();
-  auto again = driver().mem_create(st.granularity, streams_->device()->handle());
-  if (again) {
-    ++st.counts.pages_created;
-    return *again;
-  }
-  if (again.error().driver_status() != status::out_of_memory) return std::move(again).error();
+  auto again = create();
+  if (again || again.error().driver_status() != status::out_of_memory) return again;
   return error{errc::out_of_memory,
                "VirtualCuda on ordinal " + std::to_string(ordinal_) + ": the device has no memory for another page of " +
                    std::to_string(st.granularity) + " bytes (" + again.error().message() + "); the resource holds " +
@@ -569,38 +566,13 @@ inline VirtualStats VirtualCuda<D>::stats() const {
 
 template <VirtualMemoryDriver D>
 inline result<void> VirtualCuda<D>::defer_free(DeviceBlock&& b) noexcept {
-  bool valid = false;
-  auto checked = state_->table.erase_if(b.id(), &b, [&](Track&) -> result<void> {
-    valid = true;
-    return error{errc::cancelled, "deferred"};
-  });
-  if (!valid) return checked;
-  try {
-    std::lock_guard lock(state_->deferred_mu);
-    state_->deferred.push_back(std::move(b));
-    state_->has_deferred.store(true, std::memory_order_release);
-  } catch (...) {
-    return error{errc::out_of_memory, "host memory exhausted deferring a free during stream capture: the block "
-                                      "is still live; free it again after the capture ends"};
-  }
-  return ok();
+  return state_->deferred.defer(state_->table, std::move(b));
 }
 
 template <VirtualMemoryDriver D>
 inline result<void> VirtualCuda<D>::queue_deferred() noexcept {
-  if (!state_->has_deferred.load(std::memory_order_acquire)) return ok();
-  std::vector<DeviceBlock> todo;
-  {
-    std::lock_guard lock(state_->deferred_mu);
-    todo.swap(state_->deferred);
-    state_->has_deferred.store(false, std::memory_order_relaxed);
-  }
-  result<void> first = ok();
-  for (DeviceBlock& b : todo) {
-    auto r = deallocate(std::move(b));  // defers again while the stream still captures
-    if (!r && first) first = std::move(r);
-  }
-  return first;
+  // deallocate defers a block again while its stream still captures.
+  return state_->deferred.drain([this](DeviceBlock&& b) { return deallocate(std::move(b)); });
 }
 
 // ---- recycling ----------------------------------------------------------------------------
