@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
 
   // Untouched memory is never filled, so a large simulated device costs no host memory.
   SimDriver sim(SimConfig{.devices = 1, .memory_bytes = std::size_t{64} << 30, .check_hazards = false,
-                          .fill_memory = false});
+                          .fill_memory = false, .vmm_address_bytes = std::size_t{128} << 30});
   auto dev = check(Device<SimDriver>::open(sim, 0), "opening the simulated device");
   auto pool = check(StreamPool<SimDriver>::create(dev, streams), "creating the streams");
   // The default stack, configured from the environment as try_get configures it.
@@ -86,7 +86,11 @@ int main(int argc, char** argv) {
               "thread_bytes %zu, depot_bytes %zu\n",
               threads, streams, rounds, opt.thread_block_bytes, opt.bin_bytes, opt.thread_bytes, opt.depot_bytes);
   std::printf("| rounds | users' MiB | cached MiB | in thread-bin classes | shared, to 1 MiB | shared, above | misses | "
-              "evictions | cross-stream moves | from other threads' bins |\n|---|---|---|---|---|---|---|---|---|---|\n");
+              "evictions | cross-stream moves | from other threads' bins | base: physical / used MiB, pages created / unmapped |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  // Over the virtual base (XLOGRT_BACKEND=vmm), what it holds of the device; SimDriver
+  // keeps no counters for the pool's reserve.
+  const auto* virt = find_layer<PoolOrVirtual>(stack)->virtual_base();
 
   std::vector<std::mutex> mu(threads);
   std::vector<std::vector<DeviceBlock>> mail(threads);
@@ -161,9 +165,18 @@ int main(int argc, char** argv) {
       (bytes <= opt.thread_block_bytes ? bins : bytes <= (std::size_t{1} << 20) ? mid : large) +=
           static_cast<double>(s.cached_bytes_per_class[c]);
     }
-    std::printf("| %llu | %.1f | %.1f | %.1f | %.1f | %.1f | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " |\n",
+    std::string base = "-";
+    if (virt != nullptr) {
+      const VirtualStats v = virt->stats();
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.1f / %.1f, %" PRIu64 " / %" PRIu64, static_cast<double>(v.physical_bytes) / MIB,
+                    static_cast<double>(v.used_bytes) / MIB, v.pages_created, v.pages_unmapped);
+      base = buf;
+    }
+    std::printf("| %llu | %.1f | %.1f | %.1f | %.1f | %.1f | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %s |\n",
                 done.load(), static_cast<double>(users.load()) / MIB, static_cast<double>(s.cached_bytes) / MIB,
-                bins / MIB, mid / MIB, large / MIB, s.misses, s.evictions, s.cross_stream_moves, s.from_other_threads);
+                bins / MIB, mid / MIB, large / MIB, s.misses, s.evictions, s.cross_stream_moves, s.from_other_threads,
+                base.c_str());
     std::fflush(stdout);
     if (next >= total) break;
   }

@@ -9,6 +9,10 @@ memory_stats' reserve (the virtual base's physical pages) must fall with it.
 import os
 import sys
 
+# The installed package, not the source beside this script (which has no C library).
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]
+
 MIB = 1 << 20
 
 

@@ -746,13 +746,22 @@ int main(int argc, char** argv) {
     // every free queued since the start.
     if (auto r = rt.reap_pending(); !r) soak.fail("reap_pending at a sample: " + r.error().what());
     s.outstanding = rt.bytes_outstanding();
-    // The stack's pools: the device's default one and, when the caching layer's sizes
-    // have a pool of their own (AsyncCudaOptions::small_pool_bytes), that one too.
-    // (In the XLOGRT_BACKEND=vmm mode these pools serve nothing: "device used" is the figure.)
-    const auto& base = *find_layer<AsyncCuda>(rt.stack());
+    // What the base holds of the device. Over the virtual base (XLOGRT_BACKEND=vmm): its
+    // physical pages as "reserved" and its blocks (live and pending, aligned) as "used".
     s.pool = {};
-    for (CUmemoryPool pool : {base.pool(), base.small_pool()}) {
-      if (pool == base.small_pool() && pool == base.pool()) break;
+    if (const auto* v = base.virtual_base()) {
+      const VirtualStats vs = v->stats();
+      s.pool.reserved = vs.physical_bytes;
+      s.pool.reserved_high = vs.peak_physical_bytes;
+      s.pool.used = vs.used_bytes;
+      s.pool.used_high = vs.used_bytes;  // the base keeps no peak of its used bytes
+      return s;
+    }
+    // Over the pool: the device's default one and, when the caching layer's sizes have a
+    // pool of their own (AsyncCudaOptions::small_pool_bytes), that one too.
+    const auto& pools = *find_layer<AsyncCuda>(rt.stack());
+    for (CUmemoryPool pool : {pools.pool(), pools.small_pool()}) {
+      if (pool == pools.small_pool() && pool == pools.pool()) break;
       if (auto u = rt.driver().mempool_usage(pool)) {
         s.pool.reserved += u->reserved;
         s.pool.reserved_high += u->reserved_high;  // the pools' peaks may fall apart: a bound

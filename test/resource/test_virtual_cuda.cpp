@@ -218,6 +218,33 @@ TEST_CASE("VirtualCuda stitches: a large block over idle pages taken from holes,
   }
 }
 
+TEST_CASE("VirtualCuda: before mapping pages, a free the device finished on another stream gives its mapped range",
+          "[vmm]") {
+  SimDriver sim{manual_config(std::size_t{64} << 20)};
+  VRig r(sim, VirtualCudaOptions{.reserve_bytes = 64 * PAGE});
+  V& v = *r.res;
+  auto a = value(v.allocate(2 * PAGE, StreamId{1}, AllocTag{}));
+  expect_ok(sim.memset_d8_async(a.ptr(), 0x11, 2 * PAGE, r.at(1)));
+  expect_ok(v.deallocate(std::move(a)));  // pending on stream 1: the fill may still run
+  // The device has not reached the free: stream 2 cannot have its pages.
+  auto b = value(v.allocate(PAGE, StreamId{2}, AllocTag{}));
+  CHECK(v.stats().pages_created == 3);
+  expect_ok(sim.stream_synchronize(r.at(1)));  // now it has
+  // No reap since: the best fit on stream 2 lies past the mapped pages. Before mapping
+  // new ones, the finished free is retired and its range, mapped, taken instead.
+  auto c = value(v.allocate(2 * PAGE, StreamId{2}, AllocTag{}));
+  const VirtualStats st = v.stats();
+  CHECK(c.ptr() == v.base());
+  CHECK(st.pages_created == 3);
+  CHECK(st.pages_unmapped == 0);
+  CHECK(physical(sim) == 3 * PAGE);
+  expect_ok(sim.memset_d8_async(c.ptr(), 0x22, 2 * PAGE, r.at(2)));
+  expect_ok(v.deallocate(std::move(b)));
+  expect_ok(v.deallocate(std::move(c)));
+  expect_ok(v.reap_pending());
+  CHECK(sim.hazards().empty());
+}
+
 TEST_CASE("VirtualCuda: trim unmaps and releases idle pages, and the device's free memory rises", "[vmm]") {
   SimDriver sim{manual_config(std::size_t{256} << 20)};
   VRig r(sim);
@@ -311,7 +338,7 @@ TEST_CASE("VirtualCuda: a fault at each driver call of allocate is named, and ch
   }
 }
 
-TEST_CASE("VirtualCuda: under pressure, idle pages are taken before refusing; a refusal is named and exact",
+TEST_CASE("VirtualCuda: on a full device, a free the device finished serves; a refusal is named and exact",
           "[vmm][faults]") {
   SimDriver sim{manual_config(4 * PAGE)};
   VRig r(sim, VirtualCudaOptions{.reserve_bytes = 32 * PAGE, .remap_idle = false});
@@ -319,11 +346,12 @@ TEST_CASE("VirtualCuda: under pressure, idle pages are taken before refusing; a 
   auto a = value(v.allocate(2 * PAGE, StreamId{1}, AllocTag{}));
   auto b = value(v.allocate(2 * PAGE, StreamId{1}, AllocTag{}));
   expect_ok(v.deallocate(std::move(a)));  // pending on stream 1: not idle until known complete
-  // The device is full: cuMemCreate fails, the allocation's poll retires a's range
-  // (stream 1 is idle), and its two pages are taken.
+  // The device is full. Before mapping pages, the allocation's poll retires a's range
+  // (stream 1 is idle), and c takes it with its pages.
   auto c = value(v.allocate(2 * PAGE, StreamId{2}, AllocTag{}));
+  CHECK(c.ptr() == v.base());
   CHECK(physical(sim) == 4 * PAGE);
-  CHECK(v.stats().pages_unmapped == 2);
+  CHECK(v.stats().pages_created == 4);
   // Nothing idle is left: refused, named, and nothing changed.
   const VirtualStats before = v.stats();
   auto d = v.allocate(PAGE, StreamId{2}, AllocTag{});

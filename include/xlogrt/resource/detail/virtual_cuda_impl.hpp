@@ -137,7 +137,18 @@ inline result<DeviceBlock> VirtualCuda<D>::allocate(std::size_t bytes, StreamId 
       }
       return from != nullptr;
     };
-    auto pick = [&] { return pick_in(home) || (split && pick_in(1 - home)); };
+    auto pick = [&] {
+      from = nullptr;
+      seq = 0;
+      return pick_in(home) || (split && pick_in(1 - home));
+    };
+    // Whether the picked range needs pages that no idle page already mapped there covers.
+    auto needs_pages = [&] {
+      for (std::uint64_t p = off / st.granularity; p <= (off + need - 1) / st.granularity; ++p) {
+        if (!st.pages[p].mapped) return true;
+      }
+      return false;
+    };
     if (!pick()) {
       // Frees on other streams the device has finished may make room.
       if (auto r = poll_locked(stream); !r) return std::move(r).error();
@@ -149,6 +160,12 @@ inline result<DeviceBlock> VirtualCuda<D>::allocate(std::size_t bytes, StreamId 
                          std::to_string(st.size - st.free.bytes()) +
                          " live or pending); raise VirtualCudaOptions::reserve_bytes or free blocks"};
       }
+    } else if (st.spare.empty() && st.pending_requested.load(std::memory_order_relaxed) != 0 && needs_pages()) {
+      // Before mapping pages: frees on other streams that the device has finished may
+      // leave a range that is mapped already (a poll is cheaper than a page's mapping).
+      auto freed = poll_locked(stream);
+      if (!freed) return std::move(freed).error();
+      if (*freed != 0) pick();  // finds at least the range it found before
     }
     try {
       from->take_front(off, need);
