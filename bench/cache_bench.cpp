@@ -262,20 +262,28 @@ int run_bench(D& drv, const char* where, const Options& opt) {
         std::atomic<std::uint64_t> h{0};
       };
       std::vector<Cell> ring(RING);
-      std::atomic<int> head{0};
+      std::atomic<bool> pinned{false};
       std::thread consumer([&] {
         pin_to_core(1);
+        pinned.store(true, std::memory_order_release);
         for (int i = 0; i < k; ++i) {
+          // Spin reading, not exchanging: a read-modify-write in the loop would take the
+          // line from the producer on every turn. Release: the producer reuses the cell
+          // (and, 1,024 blocks on, the block's slot) only after this thread is done.
           std::uint64_t h;
-          while ((h = ring[i % RING].h.exchange(0, std::memory_order_acquire)) == 0) {
+          while ((h = ring[i % RING].h.load(std::memory_order_acquire)) == 0) {
           }
+          ring[i % RING].h.store(0, std::memory_order_release);
           v.free(h);
         }
-        head.store(1);
       });
+      // The consumer starts with this thread's affinity (core 0): until it has moved to
+      // core 1 it runs only when this thread yields (spinning here, it waited for the
+      // scheduler's time slice, milliseconds, every sample).
+      while (!pinned.load(std::memory_order_acquire)) std::this_thread::yield();
       for (int i = 0; i < k; ++i) {
         const std::uint64_t h = v.alloc(64 << 10, StreamId{0});
-        while (ring[i % RING].h.load(std::memory_order_relaxed) != 0) {
+        while (ring[i % RING].h.load(std::memory_order_acquire) != 0) {
         }
         ring[i % RING].h.store(h == 0 ? 1 : h, std::memory_order_release);
       }
