@@ -17,7 +17,12 @@
 // On a machine without a GPU it runs on SimDriver and says so: those figures measure the
 // simulator, not a GPU.
 //
-// usage: cache_bench [rounds=200] [pairs-per-sample=64] [--no-threads]
+// With --layers, each layer the default stack puts above the cache (Statistics,
+// GraphPools, Logging with no file) also runs alone over Cached<AsyncCuda>, the three
+// together, and the cache over the default stack's base (Budget, PoolOrVirtual), so that
+// a layer that costs more with more threads shows in the thread table.
+//
+// usage: cache_bench [rounds=200] [pairs-per-sample=64] [--no-threads] [--layers]
 
 #include <xlogrt/runtime.hpp>
 
@@ -108,6 +113,7 @@ struct Options {
   int rounds = 200;
   int pairs = 64;
   bool threads = true;
+  bool layers = false;
 };
 
 /// Runs `body(variant, pairs)` for every variant, `rounds` times, in a fresh random
@@ -121,7 +127,7 @@ Samples interleave(std::vector<Alloc>& vs, int rounds, int pairs, const std::fun
 /// pool (and to PyTorch's allocator, the last variant, when it is there).
 void print_table(const std::string& title, const std::vector<Alloc>& vs, const Samples& m,
                  const char* unit = "ns/pair") {
-  const bool torch = vs.size() > 5;
+  const bool torch = vs.back().name.starts_with("PyTorch");
   std::vector<std::string> cols = {"variant", std::string("median ") + unit, std::string("p99 ") + unit, "x raw pool",
                                    "raw pool / variant"};
   if (torch) cols.push_back("torch / variant");
@@ -181,6 +187,35 @@ int run_bench(D& drv, const char* where, const Options& opt) {
   vs.push_back(resource_alloc("AsyncCuda", *async, std::make_shared<BlockSlots>(), AllocTag{}));
   vs.push_back(resource_alloc("Cached<AsyncCuda> (bare)", bare, std::make_shared<BlockSlots>(), AllocTag{}));
   vs.push_back(resource_alloc("DeviceRuntime<DefaultStack>", rt, std::make_shared<BlockSlots>()));
+  // --layers: the layers above the default stack's cache, one at a time and together, and
+  // the cache over the default stack's base.
+  using Bare = Cached<AsyncCuda<D>>;
+  using Logged = Logging<Bare, FileSink>;
+  std::unique_ptr<Statistics<Bare>> with_stats;
+  std::unique_ptr<GraphPools<Bare>> with_graphs;
+  std::unique_ptr<Logged> with_logging;
+  std::unique_ptr<Statistics<GraphPools<Logged>>> with_all_above;
+  std::unique_ptr<Cached<Budget<PoolOrVirtual<D>>>> with_base;
+  if (opt.layers) {
+    auto fresh = [&] {
+      auto a = AsyncCuda<D>::create(*streams);
+      if (!a) std::printf("AsyncCuda failed: %s\n", a.error().what().c_str()), std::exit(1);
+      return std::move(*a);
+    };
+    with_stats = std::make_unique<Statistics<Bare>>(Bare(fresh()));
+    with_graphs = std::make_unique<GraphPools<Bare>>(Bare(fresh()));
+    with_logging = std::make_unique<Logged>(Bare(fresh()));
+    with_all_above = std::make_unique<Statistics<GraphPools<Logged>>>(GraphPools<Logged>(Logged(Bare(fresh()))));
+    with_base = std::make_unique<Cached<Budget<PoolOrVirtual<D>>>>(
+        Budget<PoolOrVirtual<D>>(PoolOrVirtual<D>(fresh())));
+    vs.push_back(resource_alloc("Statistics<Cached<AsyncCuda>>", *with_stats, std::make_shared<BlockSlots>(), AllocTag{}));
+    vs.push_back(resource_alloc("GraphPools<Cached<AsyncCuda>>", *with_graphs, std::make_shared<BlockSlots>(), AllocTag{}));
+    vs.push_back(resource_alloc("Logging<Cached<AsyncCuda>> (no file)", *with_logging, std::make_shared<BlockSlots>(),
+                                AllocTag{}));
+    vs.push_back(resource_alloc("the three over Cached<AsyncCuda>", *with_all_above, std::make_shared<BlockSlots>(),
+                                AllocTag{}));
+    vs.push_back(resource_alloc("Cached<Budget<PoolOrVirtual>>", *with_base, std::make_shared<BlockSlots>(), AllocTag{}));
+  }
 #ifdef XLOGRT_BENCH_TORCH
   if constexpr (!std::is_same_v<D, CudaDriver>) {
     std::printf("# torch: no PyTorch column on %s\n\n", where);
@@ -357,6 +392,12 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--no-threads") {
       opt.threads = false;
+    } else if (a == "--layers") {
+      opt.layers = true;
+    } else if (a.starts_with("--") || a.find_first_not_of("0123456789") != std::string::npos || positional > 1) {
+      std::fprintf(stderr, "cache_bench: bad argument '%s' (usage: cache_bench [rounds] [pairs] [--no-threads] [--layers])\n",
+                   a.c_str());
+      return 2;
     } else if (positional++ == 0) {
       opt.rounds = std::max(4, std::atoi(argv[i]));
     } else {

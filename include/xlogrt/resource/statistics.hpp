@@ -11,7 +11,6 @@
 #include <memory>
 #include <new>
 #include <optional>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -70,10 +69,11 @@ struct StatisticsOptions {
   /// Tags 0 .. tag_slots-1 are counted one by one; larger tags share one `other` entry.
   /// Each slot is one cache line per stripe. At most MAX_TAG_SLOTS.
   std::uint32_t tag_slots = 64;
-  /// Stripes of the counters (rounded up to a power of two, at most 256); 0: the host's
-  /// cores, rounded up, at least 4 and at most 64. Threads with the smallest tickets
-  /// own one each, the others share one more; a stripe's memory ((tag_slots + 3) cache
-  /// lines) is allocated the first time a thread uses it.
+  /// Stripes of the counters (rounded up to a power of two, at most 256); 0: 256. Threads
+  /// with the smallest tickets own one each, the others share one more (counting there
+  /// with read-modify-writes on lines every sharer writes); a stripe's memory
+  /// ((tag_slots + 3) cache lines) is allocated the first time a thread uses it, so
+  /// unused stripes cost a pointer each.
   std::uint32_t stripes = 0;
 };
 
@@ -325,14 +325,11 @@ class Statistics : public Adaptor<Upstream> {
     State(const State&) = delete;
     State& operator=(const State&) = delete;
 
+    /// A stripe per thread by default: threads beyond the cores (a pool larger than the
+    /// host, a runtime's helpers) would otherwise share one and contend on it.
     static std::uint32_t stripe_count(std::uint32_t asked) noexcept {
-      std::uint32_t want = asked;
-      if (want == 0) {
-        const unsigned hw = std::thread::hardware_concurrency();
-        want = hw < 4 ? 4 : hw > 64 ? 64 : hw;
-      }
-      if (want > 256) want = 256;
-      return std::bit_ceil(want);
+      const std::uint32_t want = asked == 0 ? StatisticsOptions::MAX_STRIPES : asked;
+      return std::bit_ceil(std::min(want, StatisticsOptions::MAX_STRIPES));
     }
     /// Entries of a stripe: the tags, `other`, all tags, and one cache line of padding
     /// (new[] aligns the start to a line; the pad keeps the next allocation off ours).
