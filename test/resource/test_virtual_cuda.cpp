@@ -338,20 +338,24 @@ TEST_CASE("VirtualCuda: a fault at each driver call of allocate is named, and ch
   }
 }
 
-TEST_CASE("VirtualCuda: on a full device, a free the device finished serves; a refusal is named and exact",
+TEST_CASE("VirtualCuda: under pressure, idle pages are taken before refusing; a refusal is named and exact",
           "[vmm][faults]") {
   SimDriver sim{manual_config(4 * PAGE)};
   VRig r(sim, VirtualCudaOptions{.reserve_bytes = 32 * PAGE, .remap_idle = false});
   V& v = *r.res;
-  auto a = value(v.allocate(2 * PAGE, StreamId{1}, AllocTag{}));
-  auto b = value(v.allocate(2 * PAGE, StreamId{1}, AllocTag{}));
-  expect_ok(v.deallocate(std::move(a)));  // pending on stream 1: not idle until known complete
-  // The device is full. Before mapping pages, the allocation's poll retires a's range
-  // (stream 1 is idle), and c takes it with its pages.
+  auto a1 = value(v.allocate(PAGE, StreamId{1}, AllocTag{}));
+  auto b = value(v.allocate(PAGE, StreamId{1}, AllocTag{}));
+  auto a2 = value(v.allocate(PAGE, StreamId{1}, AllocTag{}));
+  auto x = value(v.allocate(PAGE, StreamId{1}, AllocTag{}));
+  // Pending on stream 1: not idle until known complete.
+  expect_ok(v.deallocate(std::move(a1)));
+  expect_ok(v.deallocate(std::move(a2)));
+  // The device is full. The allocation's poll retires the two frees (stream 1 is idle),
+  // whose ranges are a page each; cuMemCreate fails, and the two idle pages are taken.
   auto c = value(v.allocate(2 * PAGE, StreamId{2}, AllocTag{}));
-  CHECK(c.ptr() == v.base());
   CHECK(physical(sim) == 4 * PAGE);
   CHECK(v.stats().pages_created == 4);
+  CHECK(v.stats().pages_unmapped == 2);
   // Nothing idle is left: refused, named, and nothing changed.
   const VirtualStats before = v.stats();
   auto d = v.allocate(PAGE, StreamId{2}, AllocTag{});
@@ -362,7 +366,7 @@ TEST_CASE("VirtualCuda: on a full device, a free the device finished serves; a r
   CHECK(v.bytes_outstanding() == 4 * PAGE);
   CHECK(physical(sim) == 4 * PAGE);
   CHECK(v.stats().used_bytes == before.used_bytes);
-  for (DeviceBlock* x : {&b, &c}) expect_ok(v.deallocate(std::move(*x)));
+  for (DeviceBlock* k : {&b, &x, &c}) expect_ok(v.deallocate(std::move(*k)));
   value(v.trim());
   CHECK(physical(sim) == 0);
   CHECK(sim.hazards().empty());
