@@ -19,6 +19,8 @@
 # graphs: pip installs the package into build-gpu/site, then CUDA graphs (torch.cuda.graph,
 #       a shared pool, make_graphed_callables, torch.compile reduce-overhead) through torch's
 #       allocator and through xlogrt, alternating processes (test_cuda_graphs.py --compare).
+# The runs see the caller's environment: XLOGRT_BACKEND=vmm run_gpu.sh graphs (or frameworks)
+# runs them over the virtual memory base.
 # Outputs go to $OUT (default: build-gpu/out); JOBS=N limits the build's parallel jobs.
 # Third-party trees are looked up in .deps/: .deps/third_party (a copy of
 # ../shared/third_party: CCCL 3.4, RMM 26.06) and .deps/catch2/catch2/catch.hpp (Catch2
