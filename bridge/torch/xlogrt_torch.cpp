@@ -94,15 +94,15 @@ auto* graph_pools(int device) noexcept {
   return r != nullptr ? xlogrt::find_layer<xlogrt::GraphPools>(r->runtime().stack()) : nullptr;
 }
 
-/// The device pools the stack allocates from: the default one, and the small blocks' own
-/// (null when the stack has none).
 /// The virtual memory base the stack allocates from under XLOGRT_BACKEND=vmm; null on
 /// the pool.
 auto* virtual_base(Runtime& rt) noexcept {
-  return xlogrt::find_layer<xlogrt::Budget>(rt.stack())->upstream().virtual_base();
+  return xlogrt::find_layer<xlogrt::PoolOrVirtual>(rt.stack())->virtual_base();
 }
 
-/// Under XLOGRT_BACKEND=vmm the pools serve nothing (see PoolOrVirtual).
+/// The device pools the stack allocates from: the default one, and the small blocks' own
+/// (null when the stack has none). Under XLOGRT_BACKEND=vmm the pools serve nothing (see
+/// PoolOrVirtual).
 std::array<CUmemoryPool, 2> pools(Runtime& rt) {
   const auto& base = *xlogrt::find_layer<xlogrt::AsyncCuda>(rt.stack());
   return {base.pool(), base.small_pool() != base.pool() ? base.small_pool() : nullptr};

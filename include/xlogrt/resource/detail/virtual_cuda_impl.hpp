@@ -142,7 +142,7 @@ inline result<DeviceBlock> VirtualCuda<D>::allocate(std::size_t bytes, StreamId 
       seq = 0;
       return pick_in(home) || (split && pick_in(1 - home));
     };
-    // Whether the picked range needs pages that no idle page already mapped there covers.
+    // Whether the picked range touches a page not mapped yet.
     auto needs_pages = [&] {
       for (std::uint64_t p = off / st.granularity; p <= (off + need - 1) / st.granularity; ++p) {
         if (!st.pages[p].mapped) return true;
