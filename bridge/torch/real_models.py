@@ -7,10 +7,14 @@ bench_footprint.py, which watch the device's memory from outside the process.
 
 allocators: native (torch's caching allocator), expandable (the same with
 expandable_segments), torch-async (torch's cudaMallocAsync backend), xlogrt (the bridge,
-from the installed xlogrt_torch package, or --build BUILD), xlogrt-nocache (the same with
-XLOGRT_CACHE=0), xlogrt-256k and xlogrt-64k (the cache for blocks up to that size only), xlogrt-smallpool
-(blocks up to 1 MiB from a pool of their own, XLOGRT_CACHE=small_pool_bytes=1M).
-torch reads PYTORCH_CUDA_ALLOC_CONF and xlogrt XLOGRT_CACHE from the
+from the installed xlogrt_torch package, or --build BUILD: its default stack, over the
+virtual memory base where the device has it), xlogrt-nocache (the same with
+XLOGRT_CACHE=0), xlogrt-256k and xlogrt-64k (the cache for blocks up to that size only),
+xlogrt-vmm and xlogrt-vmm-nocache (the virtual memory base named, XLOGRT_BACKEND=vmm),
+xlogrt-pool and xlogrt-pool-nocache (the device's memory pool, XLOGRT_BACKEND=pool),
+xlogrt-smallpool and xlogrt-onepool (the pool base, blocks up to 1 MiB from a pool of their
+own or one pool for all: XLOGRT_CACHE=small_pool_bytes=1M or 0).
+torch reads PYTORCH_CUDA_ALLOC_CONF and xlogrt XLOGRT_CACHE and XLOGRT_BACKEND from the
 environment: the caller sets them (allocator_env below).
 cases:
 - resnet: torchvision ResNet-50 training (cuDNN, bf16 autocast, channels_last, SGD);
@@ -43,10 +47,12 @@ ALLOCATOR_ENV = {
     "xlogrt-nocache": {"XLOGRT_CACHE": "0"},
     "xlogrt-256k": {"XLOGRT_CACHE": "max_block_bytes=256K"},
     "xlogrt-64k": {"XLOGRT_CACHE": "max_block_bytes=64K"},
-    "xlogrt-smallpool": {"XLOGRT_CACHE": "small_pool_bytes=1M"},
-    "xlogrt-onepool": {"XLOGRT_CACHE": "small_pool_bytes=0"},
+    "xlogrt-smallpool": {"XLOGRT_BACKEND": "pool", "XLOGRT_CACHE": "small_pool_bytes=1M"},
+    "xlogrt-onepool": {"XLOGRT_BACKEND": "pool", "XLOGRT_CACHE": "small_pool_bytes=0"},
     "xlogrt-vmm": {"XLOGRT_BACKEND": "vmm"},
     "xlogrt-vmm-nocache": {"XLOGRT_BACKEND": "vmm", "XLOGRT_CACHE": "0"},
+    "xlogrt-pool": {"XLOGRT_BACKEND": "pool"},
+    "xlogrt-pool-nocache": {"XLOGRT_BACKEND": "pool", "XLOGRT_CACHE": "0"},
 }
 
 

@@ -12,15 +12,16 @@
 #        (gpu_thrust_sort), and the torch bridge's cases (test_torch_bridge.py);
 # bench: bench_allocators.py (native / xlogrt / plain async, alternating processes);
 # real: pip installs the package (as a user does) into build-gpu/site, then the bridge's
-#       cases (test_torch_bridge.py), real models (test_real_models.py) and, over
-#       XLOGRT_BACKEND=vmm, empty_cache giving pages back (test_vmm_trim.py) through it.
+#       cases (test_torch_bridge.py), real models (test_real_models.py) and, over the
+#       virtual memory base (the default), empty_cache giving pages back (test_vmm_trim.py)
+#       through it.
 # frameworks: pip installs the package into build-gpu/site, then CuPy, Numba and the three
 #       frameworks in one process through it (test_frameworks.py).
 # graphs: pip installs the package into build-gpu/site, then CUDA graphs (torch.cuda.graph,
 #       a shared pool, make_graphed_callables, torch.compile reduce-overhead) through torch's
 #       allocator and through xlogrt, alternating processes (test_cuda_graphs.py --compare).
-# The runs see the caller's environment: XLOGRT_BACKEND=vmm run_gpu.sh graphs (or frameworks)
-# runs them over the virtual memory base.
+# The runs see the caller's environment: XLOGRT_BACKEND=pool run_gpu.sh graphs (or frameworks)
+# runs them over the pool base.
 # Outputs go to $OUT (default: build-gpu/out); JOBS=N limits the build's parallel jobs.
 # Third-party trees are looked up in .deps/: .deps/third_party (a copy of
 # ../shared/third_party: CCCL 3.4, RMM 26.06) and .deps/catch2/catch2/catch.hpp (Catch2

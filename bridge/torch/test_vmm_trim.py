@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""On a GPU: under XLOGRT_BACKEND=vmm, xlogrt_torch.empty_cache() gives freed pages back to
-the device. 2 GiB of tensors are allocated through the installed xlogrt_torch package and
-freed; cuMemGetInfo's free memory must rise by them (less 64 MiB) at empty_cache, and
+"""On a GPU: over the virtual memory base (the default, XLOGRT_BACKEND unset: the tensors
+must come from no memory pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE null; or XLOGRT_BACKEND=vmm
+as the caller sets it), xlogrt_torch.empty_cache() gives freed pages back to the device.
+2 GiB of tensors are allocated through the installed xlogrt_torch package and freed;
+cuMemGetInfo's free memory must rise by them (less 64 MiB) at empty_cache, and
 memory_stats' reserve (the virtual base's physical pages) must fall with it.
 
     PYTHONPATH=SITE python3 bridge/torch/test_vmm_trim.py      # exit 0: ok, 1: failed
 """
+import ctypes
 import os
 import sys
 
@@ -17,12 +20,23 @@ MIB = 1 << 20
 
 
 def main():
-    os.environ["XLOGRT_BACKEND"] = "vmm"
+    backend = os.environ.get("XLOGRT_BACKEND", "")
+    if backend.lower() not in ("", "auto", "vmm"):
+        print(f"test_vmm_trim: XLOGRT_BACKEND={backend} is not the virtual memory base")
+        return 1
     import xlogrt_torch as xl
     xl.install()
     import torch
-    torch.empty(MIB, device="cuda")
+    probe = torch.empty(MIB, device="cuda")
     torch.cuda.synchronize()
+    # CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE (17): the pool an allocation came from, null for
+    # memory mapped by cuMemMap.
+    pool = ctypes.c_void_p(0)
+    rc = ctypes.CDLL("libcuda.so.1").cuPointerGetAttribute(ctypes.byref(pool), 17, ctypes.c_uint64(probe.data_ptr()))
+    print(f"the tensors' memory pool: {pool.value or 'none'} (cuPointerGetAttribute: {rc})")
+    if rc != 0 or pool.value:
+        print("FAILED: the stack is not on the virtual memory base")
+        return 1
     before, _ = xl.mem_get_info()
     tensors = [torch.empty(256 * MIB, dtype=torch.uint8, device="cuda") for _ in range(8)]
     for t in tensors:

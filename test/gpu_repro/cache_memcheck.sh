@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # usage: cache_memcheck.sh PROGRAM COMPUTE_SANITIZER
 # memcheck must report the read of a cached block with XLOGRT_CACHE=nvtx, and must not
-# without the marks (XLOGRT_CACHE=1): the marks are what makes the bug visible.
+# without the marks (XLOGRT_CACHE=1): the marks are what makes the bug visible. Over the
+# pool base (XLOGRT_BACKEND=pool), where the marks were verified.
 prog=$1 san=$2
+export XLOGRT_BACKEND=pool
 XLOGRT_CACHE=1 "$prog" >/dev/null; rc=$?
 [ $rc -eq 77 ] && { echo "SKIP: no GPU for the kernels"; exit 77; }
 [ $rc -ne 0 ] && { echo "FAIL: $prog exited $rc"; exit 1; }

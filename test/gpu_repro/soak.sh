@@ -120,8 +120,10 @@ run_sanitized() {
   name=$1 counts=$2 cache=$3 threads=$4 streams=$5
   shift 5
   # The growth bounds are waived: the tools' own host and device memory grows. A run
-  # that hangs (a wait the tool keeps from completing) ends by the watchdog.
-  XLOGRT_CACHE=$cache timeout "$((short + ${SANITIZER_GRACE:-240}))" "$sanitizer" "$@" --error-exitcode 9 "$prog" \
+  # that hangs (a wait the tool keeps from completing) ends by the watchdog. Over the pool
+  # base (XLOGRT_BACKEND=pool), whose frees are the stream-ordered cuMemFreeAsync the
+  # tools follow, and where these runs and the NVTX marks were verified.
+  XLOGRT_BACKEND=pool XLOGRT_CACHE=$cache timeout "$((short + ${SANITIZER_GRACE:-240}))" "$sanitizer" "$@" --error-exitcode 9 "$prog" \
     --seconds "$short" --threads "$threads" --streams "$streams" --sample-seconds 10 --wait-timeout 120 \
     --max-rss-growth-mib 1000000 --max-device-growth-mib 1000000 >"$logs/$name.log" 2>&1
   rc=$?

@@ -103,15 +103,15 @@ struct Layer<VirtualCuda<D>> {
   static constexpr const char* free_call = "cuStreamWaitEvent";
 };
 
-/// The default stack's base: its calls are the pool's in the default mode (XLOGRT_BACKEND
-/// unset), which the tests run.
+/// The default stack's base: its calls are the virtual base's in the default mode
+/// (XLOGRT_BACKEND unset, over a driver with virtual memory), which the tests run.
 template <class D>
 struct Layer<PoolOrVirtual<D>> {
   using type = PoolOrVirtual<D>;
   using driver = D;
   static constexpr Name name{"PoolOrVirtual"};
-  static constexpr const char* alloc_call = "cuMemAllocFromPoolAsync";
-  static constexpr const char* free_call = "cuMemFreeAsync";
+  static constexpr const char* alloc_call = "cuMemMap";
+  static constexpr const char* free_call = "cuStreamWaitEvent";
 };
 
 template <class D>

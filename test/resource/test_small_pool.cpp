@@ -60,8 +60,8 @@ TEST_CASE("without small_pool_bytes there is one pool; a failed pool creation fa
 
 namespace {
 
-// The bound of the default stack's small pool, built from XLOGRT_CACHE=cache (unset:
-// nullptr): 0 for one pool, else the largest of a few probe sizes that the small pool
+// The bound of the default stack's small pool, over the pool base (XLOGRT_BACKEND=pool),
+// built from XLOGRT_CACHE=cache (unset: nullptr): 0 for one pool, else the largest of a few probe sizes that the small pool
 // serves (found as in the first case: with that pool destroyed, its sizes fail).
 // fail_pool_create: the driver refuses cuMemPoolCreate. nullopt: the build failed.
 std::optional<std::size_t> small_pool_bound(const char* cache, bool fail_pool_create = false) {
@@ -73,8 +73,10 @@ std::optional<std::size_t> small_pool_bound(const char* cache, bool fail_pool_cr
   } else {
     REQUIRE(unsetenv("XLOGRT_CACHE") == 0);
   }
+  REQUIRE(setenv("XLOGRT_BACKEND", "pool", 1) == 0);
   auto stack = StackBuilder<DefaultStackOn<SimDriver>>::build(streams);
   REQUIRE(unsetenv("XLOGRT_CACHE") == 0);
+  REQUIRE(unsetenv("XLOGRT_BACKEND") == 0);
   if (!stack) return std::nullopt;
   auto& base = *find_layer<AsyncCuda>(*stack);
   if (base.small_pool() == base.pool()) return 0;
@@ -109,4 +111,21 @@ TEST_CASE("a device without a second pool gets one pool by default, and an error
           "[small_pool]") {
   CHECK(small_pool_bound(nullptr, true) == std::optional<std::size_t>(0));
   CHECK_FALSE(small_pool_bound("on,small_pool_bytes=1M", true).has_value());
+}
+
+TEST_CASE("small_pool_bytes sizes the pool base's second pool: named without XLOGRT_BACKEND=pool, it is an error",
+          "[small_pool]") {
+  for (const char* backend : {static_cast<const char*>(nullptr), "auto", "vmm"}) {
+    INFO((backend != nullptr ? backend : "unset"));
+    SimDriver sim;
+    auto streams = pool_of(sim);
+    REQUIRE(setenv("XLOGRT_CACHE", "on,small_pool_bytes=64K", 1) == 0);
+    REQUIRE((backend != nullptr ? setenv("XLOGRT_BACKEND", backend, 1) : unsetenv("XLOGRT_BACKEND")) == 0);
+    auto stack = StackBuilder<DefaultStackOn<SimDriver>>::build(streams);
+    REQUIRE(unsetenv("XLOGRT_CACHE") == 0);
+    REQUIRE(unsetenv("XLOGRT_BACKEND") == 0);
+    REQUIRE_FALSE(stack);
+    CHECK(stack.error().code() == errc::invalid_argument);
+    CHECK_THAT(stack.error().message(), Catch::Contains("small_pool_bytes") && Catch::Contains("XLOGRT_BACKEND=pool"));
+  }
 }

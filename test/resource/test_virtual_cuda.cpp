@@ -40,7 +40,10 @@ using VirtualStacks = std::tuple<Entry<V>, Entry<Cached<V>>, Entry<Budget<V>>, E
 
 /// Sets an environment variable for a scope.
 struct ScopedEnv {
-  ScopedEnv(const char* name, const char* value) : name_(name) { REQUIRE(setenv(name, value, 1) == 0); }
+  /// `value` null: unset while in scope.
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    REQUIRE((value != nullptr ? setenv(name, value, 1) : unsetenv(name)) == 0);
+  }
   ~ScopedEnv() { unsetenv(name_); }
   const char* name_;
 };
@@ -126,23 +129,49 @@ TEST_CASE("a sample of the default stack over VirtualCuda reads the virtual base
   expect_ok(rig.stack->deallocate(std::move(b)));
 }
 
-TEST_CASE("XLOGRT_BACKEND: pool, vmm (any case) or unset; anything else is a named error", "[vmm][env]") {
-  CHECK(value(parse_env_config(nullptr, nullptr, nullptr, nullptr)).backend == Backend::pool);
-  CHECK(value(parse_env_config(nullptr, nullptr, nullptr, "")).backend == Backend::pool);
+TEST_CASE("XLOGRT_BACKEND: auto, pool, vmm (any case) or unset; anything else is a named error", "[vmm][env]") {
+  CHECK(value(parse_env_config(nullptr, nullptr, nullptr, nullptr)).backend == Backend::automatic);
+  CHECK(value(parse_env_config(nullptr, nullptr, nullptr, "")).backend == Backend::automatic);
+  CHECK(value(parse_env_config(nullptr, nullptr, nullptr, "Auto")).backend == Backend::automatic);
   CHECK(value(parse_env_config(nullptr, nullptr, nullptr, "pool")).backend == Backend::pool);
   CHECK(value(parse_env_config(nullptr, nullptr, nullptr, "VMM")).backend == Backend::vmm);
   auto bad = parse_env_config(nullptr, nullptr, nullptr, "virtual");
   REQUIRE_FALSE(bad);
   CHECK(bad.error().code() == errc::invalid_argument);
   CHECK(bad.error().message().find("XLOGRT_BACKEND='virtual'") != std::string::npos);
-  // Unset, the default stack is on the pool.
+  // Unset, the default stack is on the virtual base where the driver has virtual memory...
   SimDriver sim{SimConfig{}};
   Rig<Entry<DefaultStackOn<SimDriver>>> rig(sim);
-  CHECK_FALSE(find_layer<Budget>(*rig.stack)->upstream().is_virtual());
+  CHECK(find_layer<Budget>(*rig.stack)->upstream().is_virtual());
+  {
+    ScopedEnv pool(ENV_BACKEND, "pool");
+    auto p = StackBuilder<DefaultStackOn<SimDriver>>::build(rig.streams);
+    REQUIRE(p);
+    CHECK_FALSE(find_layer<Budget>(*p)->upstream().is_virtual());
+  }
   ScopedEnv wrong(ENV_BACKEND, "virtual");
   auto refused = StackBuilder<DefaultStackOn<SimDriver>>::build(rig.streams);
   REQUIRE_FALSE(refused);
   CHECK(refused.error().code() == errc::invalid_argument);
+}
+
+TEST_CASE("XLOGRT_BACKEND: without virtual memory, auto takes the pool and vmm is a named error", "[vmm][env]") {
+  SimConfig no_vmm;
+  no_vmm.virtual_memory_supported = false;
+  SimDriver sim{no_vmm};
+  for (const char* unset_or_auto : {static_cast<const char*>(nullptr), "auto"}) {
+    ScopedEnv env(ENV_BACKEND, unset_or_auto);
+    Rig<Entry<DefaultStackOn<SimDriver>>> rig(sim);
+    CHECK_FALSE(find_layer<Budget>(*rig.stack)->upstream().is_virtual());
+    auto b = value(rig.stack->allocate(4096, StreamId{1}, AllocTag{}));
+    expect_ok(rig.stack->deallocate(std::move(b)));
+  }
+  auto pool = StreamPool<SimDriver>::open(sim, 0, 4);
+  REQUIRE(pool);
+  ScopedEnv vmm(ENV_BACKEND, "vmm");
+  auto refused = StackBuilder<DefaultStackOn<SimDriver>>::build(*pool);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.error().driver_status() == status::not_supported);
 }
 
 TEST_CASE("VirtualCuda: small blocks share a page; a freed range is reusable on its stream at once, on another "

@@ -3,7 +3,8 @@
 
 // PoolOrVirtual<D>: the default stack's base resource, chosen when the stack is built:
 // AsyncCuda (the device's memory pool) or VirtualCuda (virtual memory, pages mapped on
-// demand). XLOGRT_BACKEND=pool|vmm picks it (runtime/env_config.hpp).
+// demand). XLOGRT_BACKEND=auto|pool|vmm picks it (runtime/env_config.hpp; auto, the
+// default: VirtualCuda where it can be had).
 
 #include <memory>
 #include <optional>
@@ -39,8 +40,8 @@ struct virtual_base_of<D> {
 /// point where the run-time choice enters, at the bottom of the stack, where calls come
 /// only on a cache's misses and on tracking.
 ///
-/// Cost: one branch per call on a flag that never changes (predicted, [[unlikely]] for
-/// the virtual side), then AsyncCuda's inlined member. The pool resource is always
+/// Cost: one branch per call on a flag that never changes (predicted), then the chosen
+/// base's inlined member. The pool resource is always
 /// there: in the virtual memory mode it serves nothing, but it is what upstream() gives,
 /// so code written for the pool base (find_layer<AsyncCuda>, its pool() handles) keeps
 /// compiling; read the figures of the stack from this layer (bytes_outstanding), which
@@ -74,7 +75,7 @@ class PoolOrVirtual {
 
 #define XLOGRT_POOL_OR_VIRTUAL(call)                        \
   if constexpr (has_virtual) {                              \
-    if (is_virtual_) [[unlikely]] return virtual_->call;    \
+    if (is_virtual_) return virtual_->call;                 \
   }                                                         \
   return pool_.call
 

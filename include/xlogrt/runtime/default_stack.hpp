@@ -38,17 +38,20 @@ namespace xlogrt {
 ///   (XLOGRT_CACHE=0: off, every call goes to the pool);
 /// - Budget: the device's byte budget, from XLOGRT_BUDGET_BYTES (unset: no limit),
 ///   charging every byte the stack holds, cached ones included;
-/// - AsyncCuda: stream-ordered allocation from the device's pool with cross-stream use
-///   tracking, its release threshold at the maximum (the pool keeps what the cache gives
-///   back, as RMM's and PyTorch's caching allocators keep theirs); the sizes the cache
-///   keeps (up to its max_block_bytes) from a second pool of their own, the rest from
-///   the device's pool (XLOGRT_CACHE=small_pool_bytes=SIZE sets the bound, 0: one pool;
-///   with the cache off, one pool).
-///   Or, with XLOGRT_BACKEND=vmm, VirtualCuda: blocks carved from one reserved address
-///   range over physical pages mapped on demand, idle pages given back by trim; the
-///   sizes the cache keeps from a region of the range of their own (with the cache off,
-///   one region). The
-///   choice is PoolOrVirtual's, one predictable branch per call at the bottom of the stack.
+/// - PoolOrVirtual, the base, one predictable branch per call at the bottom of the
+///   stack choosing between
+///   - VirtualCuda, where the driver and the device have virtual memory management
+///     (XLOGRT_BACKEND unset, auto or vmm): blocks carved from one reserved address range
+///     over physical pages mapped on demand, idle pages given back by trim; the sizes
+///     the cache keeps from a region of the range of their own (with the cache off, one
+///     region);
+///   - AsyncCuda, elsewhere or with XLOGRT_BACKEND=pool: stream-ordered allocation from
+///     the device's pool with cross-stream use tracking, its release threshold at the
+///     maximum (the pool keeps what the cache gives back, as RMM's and PyTorch's caching
+///     allocators keep theirs); the sizes the cache keeps (up to its max_block_bytes)
+///     from a second pool of their own, the rest from the device's pool
+///     (XLOGRT_CACHE=small_pool_bytes=SIZE sets the bound, 0: one pool; with the cache
+///     off, one pool).
 template <Driver D>
 using DefaultStackOn = Statistics<GraphPools<Logging<Cached<Budget<PoolOrVirtual<D>>>, FileSink>>>;
 
@@ -57,7 +60,7 @@ using DefaultStack = DefaultStackOn<CudaDriver>;
 
 /// Builds the default stack from the environment. Errors: invalid_argument for a
 /// malformed XLOGRT_BUDGET_BYTES, XLOGRT_CACHE or XLOGRT_BACKEND (or vmm over a driver
-/// without virtual memory), for cache sizes the layer refuses
+/// without virtual memory: auto then takes the pool), for cache sizes the layer refuses
 /// (CachedOptions), or for XLOGRT_CACHE=nvtx in a program that does not include
 /// <xlogrt/resource/nvtx_marks.hpp>; the log file's open error; the base resource's
 /// errors.
@@ -104,7 +107,14 @@ struct StackBuilder<DefaultStackOn<D>> {
   /// The base resource XLOGRT_BACKEND names.
   static result<PoolOrVirtual<D>> make_base(const std::shared_ptr<StreamPool<D>>& streams, const EnvConfig& env,
                                             const CachedOptions& cache) noexcept {
-    if (env.backend == Backend::vmm) {
+    const auto& sizes = env.cache_sizes;
+    if (env.backend != Backend::pool && sizes.small_pool_bytes.has_value()) {
+      return error{errc::invalid_argument, std::string(ENV_CACHE) +
+                                               ": small_pool_bytes sizes the pool base's second pool; set "
+                                               "XLOGRT_BACKEND=pool with it (the virtual memory base keeps the "
+                                               "cache's sizes in a region of its own)"};
+    }
+    if (env.backend != Backend::pool) {
       if constexpr (PoolOrVirtual<D>::has_virtual) {
         // The pool resource stays idle (PoolOrVirtual::upstream), with no pool of its own.
         auto idle = AsyncCuda<D>::create(streams, AsyncCudaOptions{.reserve_events = 0});
@@ -114,9 +124,11 @@ struct StackBuilder<DefaultStackOn<D>> {
         VirtualCudaOptions options;
         options.small_block_bytes = cache.enabled ? cache.max_block_bytes : 0;
         auto virt = VirtualCuda<D>::create(streams, options);
-        if (!virt) return std::move(virt).error();
-        return PoolOrVirtual<D>(std::move(*idle), std::move(*virt));
-      } else {
+        if (virt) return PoolOrVirtual<D>(std::move(*idle), std::move(*virt));
+        // auto: a device without virtual memory management (or an address range it
+        // refuses) gets the pool; vmm, named, reports why not.
+        if (env.backend == Backend::vmm) return std::move(virt).error();
+      } else if (env.backend == Backend::vmm) {
         return error{errc::invalid_argument, std::string(ENV_BACKEND) +
                                                  "=vmm needs a driver with the virtual memory calls "
                                                  "(VirtualMemoryDriver); use pool with this one"};
@@ -127,7 +139,6 @@ struct StackBuilder<DefaultStackOn<D>> {
     // XLOGRT_CACHE=small_pool_bytes=SIZE names the bound (0: one pool), and a driver that
     // cannot create pools refuses a named one (AsyncCuda::create); the default falls back
     // to one pool where there is no second one to be had.
-    const auto& sizes = env.cache_sizes;
     AsyncCudaOptions pools;
     const bool named = sizes.small_pool_bytes.has_value();
     if (named) {

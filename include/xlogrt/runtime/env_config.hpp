@@ -15,24 +15,25 @@
 //                        RMM's layout alone (for RMM's replay tools). Unset or empty:
 //                        LogSinkOptions' default (10 ms).
 //   XLOGRT_CACHE         comma-separated items. 0 / off / false: the caching layer
-//                        passes every call straight to the driver's pool; nvtx: caching
+//                        passes every call straight to the base resource; nvtx: caching
 //                        on, its blocks marked for compute-sanitizer (in a program that
 //                        includes <xlogrt/resource/nvtx_marks.hpp>; see cached.hpp); 1 /
 //                        on / true, unset or empty: caching on. KEY=SIZE sets one of
 //                        CachedOptions' sizes (see cached.hpp), SIZE as for the budget:
 //                        max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes,
 //                        depot_bytes; and small_pool_bytes, the default stack's
-//                        AsyncCudaOptions::small_pool_bytes (default 0: one pool). E.g.
+//                        AsyncCudaOptions::small_pool_bytes (default 0: one pool; with
+//                        XLOGRT_BACKEND=pool only, the stack refuses it otherwise). E.g.
 //                        XLOGRT_CACHE=on,depot_bytes=4G,thread_bytes=256M.
 //                        A later item overrides an earlier one. A size of 0 is refused,
 //                        except thread_block_bytes=0, which CachedOptions defines (no
 //                        thread bins, every block goes through the depots), and
 //                        small_pool_bytes=0 (one pool for all sizes).
-//   XLOGRT_BACKEND       the default stack's base resource: pool (AsyncCuda, the device's
-//                        stream-ordered memory pool) or vmm (VirtualCuda: one reserved
+//   XLOGRT_BACKEND       the default stack's base resource: vmm (VirtualCuda: one reserved
 //                        address range, physical pages mapped on demand and given back by
-//                        trim; needs a device with virtual memory management). Any case.
-//                        Unset or empty: pool.
+//                        trim; needs a device with virtual memory management), pool
+//                        (AsyncCuda, the device's stream-ordered memory pool) or auto: vmm
+//                        where it can be had, else pool. Any case. Unset or empty: auto.
 // A malformed value is an invalid_argument error that names the variable and the value;
 // nothing here aborts or throws.
 
@@ -57,8 +58,9 @@ inline constexpr const char* ENV_LOG_SAMPLES = "XLOGRT_LOG_SAMPLES";
 
 /// The default stack's base resource (XLOGRT_BACKEND).
 enum class Backend : std::uint8_t {
-  pool,  ///< AsyncCuda
-  vmm,   ///< VirtualCuda
+  automatic,  ///< VirtualCuda where the driver and the device can have it, else AsyncCuda
+  pool,       ///< AsyncCuda
+  vmm,        ///< VirtualCuda, or an error where it cannot be had
 };
 
 /// What the environment asks of the default stack.
@@ -69,7 +71,7 @@ struct EnvConfig {
   std::optional<std::uint32_t> log_sample_ms;  ///< XLOGRT_LOG_SAMPLES; 0: none; unset: the sink's default
   bool cache = true;                        ///< the caching layer on
   bool cache_nvtx = false;                  ///< ... marking its blocks for compute-sanitizer
-  Backend backend = Backend::pool;          ///< the base resource
+  Backend backend = Backend::automatic;     ///< the base resource
   /// The caching layer's sizes XLOGRT_CACHE sets; unset: CachedOptions' defaults.
   struct CacheSizes {
     std::optional<std::size_t> max_block_bytes, thread_block_bytes, bin_bytes, thread_bytes, depot_bytes;
@@ -194,14 +196,17 @@ inline result<EnvConfig> parse_env_config(const char* budget_bytes, const char* 
   if (backend != nullptr && *backend != '\0') {
     std::string lower(backend);
     for (char& ch : lower) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
-    if (lower == "pool") {
+    if (lower == "auto") {
+      c.backend = Backend::automatic;
+    } else if (lower == "pool") {
       c.backend = Backend::pool;
     } else if (lower == "vmm") {
       c.backend = Backend::vmm;
     } else {
       return error{errc::invalid_argument, std::string(ENV_BACKEND) + "='" + detail::printable(backend) +
-                                               "' is not one of pool (the device's memory pool) or vmm (virtual "
-                                               "memory); unset it for pool"};
+                                               "' is not one of auto (the default: vmm where the device has virtual "
+                                               "memory management, else pool), pool (the device's memory pool) or "
+                                               "vmm (virtual memory)"};
     }
   }
   if (budget_bytes != nullptr && *budget_bytes != '\0') {
