@@ -14,17 +14,18 @@
 // records).
 //
 // "live": the bytes the log's live allocations asked for (what the tensors hold).
-// "held": what the stack holds from the device: the users' blocks as granted, the
-// blocks the cache keeps, and frees queued but not reaped (AsyncCuda's
+// "held": what the stack holds from the device. Over the virtual memory base (the
+// default stack's on SimDriver, which has virtual memory), the physical pages it holds
+// (VirtualCuda::physical_bytes(): mapped and spare, page rounding and holes included).
+// Over the pool base (XLOGRT_BACKEND=pool, replayed a second time): the users' blocks as
+// granted, the blocks the cache keeps, and frees queued but not reaped (AsyncCuda's
 // bytes_outstanding(), the pool's reserve aside: SimDriver's pool places every block
-// first-fit in one arena, with no reserve of its own to count). Each log is replayed a
-// second time over the virtual memory base (XLOGRT_BACKEND=vmm), whose "held" is the
-// physical pages it holds (VirtualCuda::physical_bytes(): mapped and spare, page
-// rounding and holes included), with and without the cache. Per log it prints exactly one line
+// first-fit in one arena, with no reserve of its own to count). Each with and without
+// the cache. Per log it prints exactly one line
 //   footprint <trace>: peak live <N> B, peak held <N> B, held/live <R>
-// (R = peak held / peak live) and then, indented, where the held bytes sat at their peak
-// (per layer: the users' request, the rounding of size classes, the cache, queued frees;
-// per size range) and the stack without the cache.
+// (R = peak held / peak live, the default stack) and then, indented, where the held
+// bytes sat at their peak (per layer: the users' request, the rounding of size classes,
+// the cache, queued frees; per size range), the stack without the cache and the pool base.
 //
 // usage: footprint [--max-ratio R] [--reap-every N] LOG.csv[.gz]|DIR ...
 //   DIR: every *.csv and *.csv.gz in it, by name (bench/traces: the committed traces).
@@ -315,16 +316,16 @@ int main(int argc, char** argv) {
       auto virt = VirtualCuda<SimDriver>::create(pool, VirtualCudaOptions{.small_block_bytes = 0});
       return PoolOrVirtual<SimDriver>(std::move(idle), check(std::move(virt), "creating VirtualCuda"));
     };
-    const Result off = replay(t, reap_every, uncached(pool_base));
-    const Result vm_on = replay(t, reap_every, [](const auto& pool) {
+    const Result off = replay(t, reap_every, uncached(virtual_base));
+    const Result pool_on = replay(t, reap_every, [](const auto& pool) {
       const char* was = std::getenv(ENV_BACKEND);
       const std::string saved = was != nullptr ? was : "";
-      ::setenv(ENV_BACKEND, "vmm", 1);
+      ::setenv(ENV_BACKEND, "pool", 1);
       auto s = StackBuilder<Stack>::build(pool);
       if (was != nullptr) ::setenv(ENV_BACKEND, saved.c_str(), 1); else ::unsetenv(ENV_BACKEND);
-      return check(std::move(s), "building the default stack with XLOGRT_BACKEND=vmm");
+      return check(std::move(s), "building the default stack with XLOGRT_BACKEND=pool");
     });
-    const Result vm_off = replay(t, reap_every, uncached(virtual_base));
+    const Result pool_off = replay(t, reap_every, uncached(pool_base));
     const double r = ratio(on.at.held, on.peak_live);
     std::printf("footprint %s: peak live %zu B, peak held %zu B, held/live %.4f\n", path.c_str(), on.peak_live,
                 on.at.held, r);
@@ -341,10 +342,10 @@ int main(int argc, char** argv) {
     }
     std::printf("  without the cache (XLOGRT_CACHE=0): peak held %zu B, held/live %.4f; the cache's stack holds %.4f times as much\n",
                 off.at.held, ratio(off.at.held, off.peak_live), ratio(on.at.held, off.at.held));
-    std::printf("  vmm (XLOGRT_BACKEND=vmm, held = physical pages): peak held %zu B, held/live %.4f; without the "
-                "cache: peak held %zu B, held/live %.4f\n",
-                vm_on.at.held, ratio(vm_on.at.held, vm_on.peak_live), vm_off.at.held,
-                ratio(vm_off.at.held, vm_off.peak_live));
+    std::printf("  pool (XLOGRT_BACKEND=pool, held = blocks granted, cached and queued): peak held %zu B, held/live "
+                "%.4f; without the cache: peak held %zu B, held/live %.4f\n",
+                pool_on.at.held, ratio(pool_on.at.held, pool_on.peak_live), pool_off.at.held,
+                ratio(pool_off.at.held, pool_off.peak_live));
     if (max_ratio > 0 && r > max_ratio) {
       std::printf("  FAILED: held/live %.4f is above %.4f\n", r, max_ratio);
       rc = 1;

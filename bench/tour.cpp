@@ -58,9 +58,14 @@ void print_stack(const Runtime& rt, const char* driver_type) {
                 "the tour describes the default stack: update print_stack with the stack");
   const auto& logging = *find_layer<Logging>(rt.stack());
   const auto& cache = *find_layer<Cached>(rt.stack());
-  std::printf("  stack: Statistics<GraphPools<Logging<Cached<Budget<AsyncCuda<%s>>>, FileSink>>>\n"
+  std::printf("  stack: Statistics<GraphPools<Logging<Cached<Budget<PoolOrVirtual<%s>>>, FileSink>>>\n"
               "         (DefaultStack%s: outermost first; it tracks cross-stream uses)\n",
               driver_type, std::is_same_v<D, CudaDriver> ? "" : "On<SimDriver>, the default stack on the simulator");
+  std::printf("  base: %s\n", find_layer<PoolOrVirtual>(rt.stack())->is_virtual()
+                                  ? "VirtualCuda, pages mapped on demand in one reserved address range (XLOGRT_BACKEND "
+                                    "unset, auto or vmm)"
+                                  : "AsyncCuda, the device's memory pool (XLOGRT_BACKEND=pool, or a device without "
+                                    "virtual memory management)");
   const auto budget = device_budget(rt.driver(), rt.device_ordinal());
   if (budget && budget->limit != static_cast<std::size_t>(-1)) {
     std::printf("  budget: %s for ordinal %u (XLOGRT_BUDGET_BYTES)\n", size(budget->limit).c_str(),
@@ -75,7 +80,7 @@ void print_stack(const Runtime& rt, const char* driver_type) {
     std::printf("  logging: off (XLOGRT_LOG_FILE is unset: Logging passes every call through)\n");
   }
   std::printf("  cache: %s\n", cache.options().enabled ? "on (XLOGRT_CACHE unset or 1)"
-                                                        : "off (XLOGRT_CACHE=0: every call goes to the pool)");
+                                                        : "off (XLOGRT_CACHE=0: every call goes to the base)");
 }
 
 /// Prints the Statistics layer's counters (the top of the default stack).
@@ -98,7 +103,7 @@ void print_cache(const R& cache) {
   std::printf("  Cached (freed blocks kept for the next allocations): of %llu allocations, %llu came from the\n"
               "    thread's own bin, %llu from its stream's depot (which every thread shares: blocks above %s\n"
               "    always go through it), %llu moved across streams (their free complete on the GPU), %llu\n"
-              "    from another thread's bin and %llu from the pool (a driver call); %s cached now%s\n",
+              "    from another thread's bin and %llu from the base; %s cached now%s\n",
               static_cast<unsigned long long>(s.allocations()), static_cast<unsigned long long>(s.hits),
               static_cast<unsigned long long>(s.depot_hits), size(cache.options().thread_block_bytes).c_str(),
               static_cast<unsigned long long>(s.cross_stream_moves),

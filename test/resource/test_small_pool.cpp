@@ -61,8 +61,9 @@ TEST_CASE("without small_pool_bytes there is one pool; a failed pool creation fa
 namespace {
 
 // The bound of the default stack's small pool, over the pool base (XLOGRT_BACKEND=pool),
-// built from XLOGRT_CACHE=cache (unset: nullptr): 0 for one pool, else the largest of a few probe sizes that the small pool
-// serves (found as in the first case: with that pool destroyed, its sizes fail).
+// built from XLOGRT_CACHE=cache (unset: nullptr): 0 for one pool, else the largest of a
+// few probe sizes that the small pool serves (found as in the first case: with that pool
+// destroyed, its sizes fail).
 // fail_pool_create: the driver refuses cuMemPoolCreate. nullopt: the build failed.
 std::optional<std::size_t> small_pool_bound(const char* cache, bool fail_pool_create = false) {
   SimDriver sim;

@@ -35,7 +35,7 @@ namespace xlogrt {
 ///   disabled FileSink costs one predictable branch), every user allocation and free
 ///   (a graph pool's: the blocks it takes and gives back);
 /// - Cached: freed blocks kept on the host and handed out again without a driver call
-///   (XLOGRT_CACHE=0: off, every call goes to the pool);
+///   (XLOGRT_CACHE=0: off, every call goes to the base);
 /// - Budget: the device's byte budget, from XLOGRT_BUDGET_BYTES (unset: no limit),
 ///   charging every byte the stack holds, cached ones included;
 /// - PoolOrVirtual, the base, one predictable branch per call at the bottom of the
@@ -61,7 +61,7 @@ using DefaultStack = DefaultStackOn<CudaDriver>;
 /// Builds the default stack from the environment. Errors: invalid_argument for a
 /// malformed XLOGRT_BUDGET_BYTES, XLOGRT_CACHE or XLOGRT_BACKEND (or vmm over a driver
 /// without virtual memory: auto then takes the pool), for cache sizes the layer refuses
-/// (CachedOptions), or for XLOGRT_CACHE=nvtx in a program that does not include
+/// (CachedOptions), for small_pool_bytes without XLOGRT_BACKEND=pool, or for XLOGRT_CACHE=nvtx in a program that does not include
 /// <xlogrt/resource/nvtx_marks.hpp>; the log file's open error; the base resource's
 /// errors.
 template <Driver D>
