@@ -16,7 +16,8 @@ allocation):
 | variable | value | default |
 |---|---|---|
 | XLOGRT_BUDGET_BYTES | bytes per device (`512M`, `40G`, `1000000`): an allocation beyond it raises torch.OutOfMemoryError naming the budget; set_per_process_memory_fraction sets it later | no budget |
-| XLOGRT_CACHE | `0` turns the caching layer off (every block from the driver's pool); `nvtx`; `KEY=SIZE` items for its sizes (README) | on |
+| XLOGRT_CACHE | `0` turns the caching layer off (every block from the base); `nvtx`; `KEY=SIZE` items for its sizes (README) | on |
+| XLOGRT_BACKEND | `vmm`: the virtual memory base (pages mapped on demand, given back by empty_cache); `pool`: the device's memory pool | `auto`: vmm where the device has virtual memory management |
 | XLOGRT_LOG_FILE | a path: a CSV line for every allocation and free (tag 1: torch's) | no log |
 | XLOGRT_LIBCUDA | the driver library to load | libcuda.so.1 |
 
