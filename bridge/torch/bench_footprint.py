@@ -3,8 +3,9 @@
 allocator in its own process (real_models.py), alternating, the device's memory watched
 from outside the process (NVML). Per workload and allocator: the peak device footprint
 over the process's baseline, the allocator's own live peak and the time per step or
-request, as medians and ranges over the rounds; then each allocator against xlogrt
-without its cache and against torch's cudaMallocAsync backend.
+request, as medians and ranges over the rounds; then each allocator's peak against the
+live peak (torch's count), xlogrt without its cache, torch's cudaMallocAsync backend and
+the best of torch's allocators in the run.
 
     python3 bridge/torch/bench_footprint.py [--rounds 3] [--workloads resnet,gpt2-serve,gpt2-train]
         [--allocators native,expandable,torch-async,xlogrt-nocache,xlogrt] [--steps N]
@@ -50,6 +51,48 @@ def med(xs):
     return statistics.median(xs)
 
 
+TORCH_ALLOCATORS = ("native", "expandable", "torch-async")
+
+
+def summarize(data, workloads, allocators, rounds):
+    """Prints each workload's table and returns the summary. Beside each allocator's device
+    peak (median of its processes): that peak over the live peak as torch counts it (the
+    median over torch's own allocators' processes, when any ran; else the allocator's own
+    count, which for xlogrt includes the size classes' rounding), over xlogrt without its
+    cache, over torch's cudaMallocAsync backend, and over the best of torch's allocators."""
+    summary = {}
+    for w in workloads:
+        print(f"\n{w} ({rounds} processes per allocator; MiB over each process's baseline, NVML):")
+        print(f"  {'allocator':<15} {'device peak':>12} {'range':>17} {'live peak':>10} {'ms median':>10} "
+              f"{'x live':>7} {'x no-cache':>10} {'x torch-async':>13} {'x best torch':>12}")
+        medians = {a: med([x["device_peak"] for x in data[w][a]]) for a in allocators}
+        ref_nc = medians.get("xlogrt-nocache")
+        ref_async = medians.get("torch-async")
+        peers = [medians[a] for a in allocators if a in TORCH_ALLOCATORS]
+        best_peer = min(peers) if peers else None
+        torch_live = [x["live_peak"] for a in allocators if a in TORCH_ALLOCATORS for x in data[w][a]]
+        summary[w] = {}
+        for a in allocators:
+            peaks = [x["device_peak"] for x in data[w][a]]
+            m = medians[a]
+            live = med([x["live_peak"] for x in data[w][a]])
+            ref_live = med(torch_live) if torch_live else live
+            ms = med([x["ms"] for x in data[w][a]])
+            summary[w][a] = {"device_peak_mib": [p / MIB for p in peaks], "device_peak_median_mib": m / MIB,
+                             "live_peak_median_mib": live / MIB, "ms_median": ms, "x_live": m / ref_live,
+                             "x_best_torch": m / best_peer if best_peer else None}
+
+            def ratio(ref):
+                return m / ref if ref else float("nan")
+            print(f"  {a:<15} {m / MIB:>12,.0f} {min(peaks) / MIB:>8,.0f}-{max(peaks) / MIB:<8,.0f} "
+                  f"{live / MIB:>10,.0f} {ms:>10.1f} {ratio(ref_live):>7.3f} {ratio(ref_nc):>10.3f} "
+                  f"{ratio(ref_async):>13.3f} {ratio(best_peer):>12.3f}")
+        sums = {x["checksum"] for a in allocators for x in data[w][a] if x["checksum"] is not None}
+        if sums:
+            print(f"  outputs: {'identical' if len(sums) == 1 else 'DIFFER'} across allocators and rounds")
+    return summary
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -83,27 +126,7 @@ def main():
             t = run(w, "xlogrt", args.trace_steps or steps, {"XLOGRT_LOG_FILE": log})
             print(f"{w}: allocation log {log} ({os.path.getsize(log) / MIB:.1f} MiB, device peak "
                   f"{t['device_peak'] / MIB:,.0f} MiB)", flush=True)
-    summary = {}
-    for w in workloads:
-        print(f"\n{w} ({args.rounds} processes per allocator; MiB over each process's baseline, NVML):")
-        print(f"  {'allocator':<15} {'device peak':>12} {'range':>17} {'live peak':>10} {'ms median':>10} "
-              f"{'x no-cache':>10} {'x torch-async':>13}")
-        ref_nc = med([x["device_peak"] for x in data[w]["xlogrt-nocache"]]) if "xlogrt-nocache" in data[w] else None
-        ref_async = med([x["device_peak"] for x in data[w]["torch-async"]]) if "torch-async" in data[w] else None
-        summary[w] = {}
-        for a in allocators:
-            peaks = [x["device_peak"] for x in data[w][a]]
-            m = med(peaks)
-            live = med([x["live_peak"] for x in data[w][a]])
-            ms = med([x["ms"] for x in data[w][a]])
-            summary[w][a] = {"device_peak_mib": [p / MIB for p in peaks], "device_peak_median_mib": m / MIB,
-                             "live_peak_median_mib": live / MIB, "ms_median": ms}
-            print(f"  {a:<15} {m / MIB:>12,.0f} {min(peaks) / MIB:>8,.0f}-{max(peaks) / MIB:<8,.0f} "
-                  f"{live / MIB:>10,.0f} {ms:>10.1f} {m / ref_nc if ref_nc else float('nan'):>10.3f} "
-                  f"{m / ref_async if ref_async else float('nan'):>13.3f}")
-        sums = {x["checksum"] for a in allocators for x in data[w][a] if x["checksum"] is not None}
-        if sums:
-            print(f"  outputs: {'identical' if len(sums) == 1 else 'DIFFER'} across allocators and rounds")
+    summary = summarize(data, workloads, allocators, args.rounds)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_footprint.json"), "w") as f:
         json.dump({"rounds": args.rounds, "raw": data, "summary": summary}, f, indent=1)
