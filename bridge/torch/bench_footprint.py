@@ -78,15 +78,14 @@ def summarize(data, workloads, allocators, rounds):
             live = med([x["live_peak"] for x in data[w][a]])
             ref_live = med(torch_live) if torch_live else live
             ms = med([x["ms"] for x in data[w][a]])
+            x = {k: m / ref if ref else float("nan")
+                 for k, ref in (("live", ref_live), ("no-cache", ref_nc), ("torch-async", ref_async),
+                                ("best torch", best_peer))}
             summary[w][a] = {"device_peak_mib": [p / MIB for p in peaks], "device_peak_median_mib": m / MIB,
-                             "live_peak_median_mib": live / MIB, "ms_median": ms, "x_live": m / ref_live,
-                             "x_best_torch": m / best_peer if best_peer else None}
-
-            def ratio(ref):
-                return m / ref if ref else float("nan")
+                             "live_peak_median_mib": live / MIB, "ms_median": ms, "x": x}
             print(f"  {a:<15} {m / MIB:>12,.0f} {min(peaks) / MIB:>8,.0f}-{max(peaks) / MIB:<8,.0f} "
-                  f"{live / MIB:>10,.0f} {ms:>10.1f} {ratio(ref_live):>7.3f} {ratio(ref_nc):>10.3f} "
-                  f"{ratio(ref_async):>13.3f} {ratio(best_peer):>12.3f}")
+                  f"{live / MIB:>10,.0f} {ms:>10.1f} {x['live']:>7.3f} {x['no-cache']:>10.3f} "
+                  f"{x['torch-async']:>13.3f} {x['best torch']:>12.3f}")
         sums = {x["checksum"] for a in allocators for x in data[w][a] if x["checksum"] is not None}
         if sums:
             print(f"  outputs: {'identical' if len(sums) == 1 else 'DIFFER'} across allocators and rounds")

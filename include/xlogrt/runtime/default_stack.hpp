@@ -61,9 +61,9 @@ using DefaultStack = DefaultStackOn<CudaDriver>;
 /// Builds the default stack from the environment. Errors: invalid_argument for a
 /// malformed XLOGRT_BUDGET_BYTES, XLOGRT_CACHE or XLOGRT_BACKEND (or vmm over a driver
 /// without virtual memory: auto then takes the pool), for cache sizes the layer refuses
-/// (CachedOptions), for small_pool_bytes without XLOGRT_BACKEND=pool, or for XLOGRT_CACHE=nvtx in a program that does not include
-/// <xlogrt/resource/nvtx_marks.hpp>; the log file's open error; the base resource's
-/// errors.
+/// (CachedOptions), for small_pool_bytes without XLOGRT_BACKEND=pool, or for
+/// XLOGRT_CACHE=nvtx in a program that does not include <xlogrt/resource/nvtx_marks.hpp>;
+/// the log file's open error; the base resource's errors.
 template <Driver D>
 struct StackBuilder<DefaultStackOn<D>> {
   static result<DefaultStackOn<D>> build(const std::shared_ptr<StreamPool<D>>& streams) noexcept {
@@ -108,23 +108,25 @@ struct StackBuilder<DefaultStackOn<D>> {
   static result<PoolOrVirtual<D>> make_base(const std::shared_ptr<StreamPool<D>>& streams, const EnvConfig& env,
                                             const CachedOptions& cache) noexcept {
     const auto& sizes = env.cache_sizes;
-    if (env.backend != Backend::pool && sizes.small_pool_bytes.has_value()) {
-      return error{errc::invalid_argument, std::string(ENV_CACHE) +
-                                               ": small_pool_bytes sizes the pool base's second pool; set "
-                                               "XLOGRT_BACKEND=pool with it (the virtual memory base keeps the "
-                                               "cache's sizes in a region of its own)"};
-    }
     if (env.backend != Backend::pool) {
+      if (sizes.small_pool_bytes.has_value()) {
+        return error{errc::invalid_argument, std::string(ENV_CACHE) +
+                                                 ": small_pool_bytes sizes the pool base's second pool; set "
+                                                 "XLOGRT_BACKEND=pool with it (the virtual memory base keeps the "
+                                                 "cache's sizes in a region of its own)"};
+      }
       if constexpr (PoolOrVirtual<D>::has_virtual) {
-        // The pool resource stays idle (PoolOrVirtual::upstream), with no pool of its own.
-        auto idle = AsyncCuda<D>::create(streams, AsyncCudaOptions{.reserve_events = 0});
-        if (!idle) return std::move(idle).error();
         // The blocks the cache may keep get a region of their own (their pages apart from
         // the large blocks'); with the cache off, one region.
         VirtualCudaOptions options;
         options.small_block_bytes = cache.enabled ? cache.max_block_bytes : 0;
         auto virt = VirtualCuda<D>::create(streams, options);
-        if (virt) return PoolOrVirtual<D>(std::move(*idle), std::move(*virt));
+        if (virt) {
+          // The pool resource stays idle (PoolOrVirtual::upstream), with no pool of its own.
+          auto idle = AsyncCuda<D>::create(streams, AsyncCudaOptions{.reserve_events = 0});
+          if (!idle) return std::move(idle).error();
+          return PoolOrVirtual<D>(std::move(*idle), std::move(*virt));
+        }
         // auto: a device without virtual memory management (or an address range it
         // refuses) gets the pool; vmm, named, reports why not.
         if (env.backend == Backend::vmm) return std::move(virt).error();
