@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Queued frees retire without a reap: AsyncCuda's poll_pending retires what the device
-// has reached (event queries, no synchronisation), deallocate polls by itself, and Budget
+// has reached (event queries, no synchronisation), deallocate polls by itself (every 256
+// frees and every 32 MiB freed, on both bases), and Budget
 // credits what comes back without synchronising. On SimDriver's manual executor, where
 // nothing runs until the test steps the device. Its own program: the budget of ordinal 0
 // is process-wide.
@@ -12,6 +13,7 @@
 #include <xlogrt/device/stream_pool.hpp>
 #include <xlogrt/resource/async_cuda.hpp>
 #include <xlogrt/resource/budget.hpp>
+#include <xlogrt/resource/virtual_cuda.hpp>
 #include <xlogrt/sim/sim_driver.hpp>
 
 using namespace xlogrt;
@@ -62,7 +64,7 @@ TEST_CASE("deallocate polls by itself, so a program that never reaps keeps true 
   Rig rig;
   auto a = rig.base();
   constexpr std::size_t bytes = 4096;
-  const std::size_t frees = 3 * AsyncCuda<SimDriver>::POLL_EVERY;
+  const std::size_t frees = 3 * AsyncCuda<SimDriver>::Cadence::EVERY_FREES;
   for (std::size_t i = 0; i < frees; ++i) {
     auto b = a.allocate(bytes, StreamId{0}, AllocTag{});
     REQUIRE(b.has_value());
@@ -70,9 +72,42 @@ TEST_CASE("deallocate polls by itself, so a program that never reaps keeps true 
     rig.sim.run_until_idle();
   }
   // At most the frees since the poll before last are still counted.
-  CHECK(a.bytes_outstanding() <= 2 * AsyncCuda<SimDriver>::POLL_EVERY * bytes);
-  CHECK(a.retired_bytes() >= AsyncCuda<SimDriver>::POLL_EVERY * bytes);
+  CHECK(a.bytes_outstanding() <= 2 * AsyncCuda<SimDriver>::Cadence::EVERY_FREES * bytes);
+  CHECK(a.retired_bytes() >= AsyncCuda<SimDriver>::Cadence::EVERY_FREES * bytes);
   CHECK(rig.sim.calls("cuStreamSynchronize") == 0);
+}
+
+// torch's streams reach the bridge adopted, so only a free on one may poll them (see
+// detail::PollCadence). A run of 8 MiB frees there, the device keeping up, leaves fewer
+// than EVERY_BYTES counted once the device is idle: the frees since the last poll inside
+// a free. Counted by frees alone, up to 255 of them stayed (2 GiB).
+TEMPLATE_TEST_CASE("large frees on an adopted stream retire without a reap, on either base", "[retire]",
+                   AsyncCuda<SimDriver>, VirtualCuda<SimDriver>) {
+  SimDriver sim{SimConfig{.memory_bytes = std::size_t{1} << 30, .executor = SimExecutor::manual}};
+  auto streams = StreamPool<SimDriver>::open(sim, 0, 2);
+  REQUIRE(streams.has_value());
+  auto handle = sim.stream_create();
+  REQUIRE(handle.has_value());
+  auto adopted = (*streams)->adopt(*handle);
+  REQUIRE(adopted.has_value());
+  REQUIRE_FALSE((*streams)->owned(*adopted));
+  auto made = TestType::create(*streams);
+  REQUIRE(made.has_value());
+  TestType& base = *made;
+  constexpr std::size_t bytes = std::size_t{8} << 20;
+  for (int i = 0; i < 300; ++i) {
+    auto b = base.allocate(bytes, *adopted, AllocTag{});
+    REQUIRE(b.has_value());
+    REQUIRE(base.deallocate(std::move(*b)).has_value());
+    sim.run_until_idle();
+  }
+  REQUIRE(base.poll_pending().has_value());  // names no stream: the adopted one is not called on
+  CHECK(base.bytes_outstanding() < detail::PollCadence<TestType>::EVERY_BYTES);
+  CHECK(base.retired_bytes() >= 300 * bytes - detail::PollCadence<TestType>::EVERY_BYTES);
+  CHECK(sim.calls("cuStreamSynchronize") == 0);
+  REQUIRE(base.reap_pending().has_value());
+  CHECK(base.bytes_outstanding() == 0);
+  REQUIRE(sim.stream_destroy(*handle).has_value());
 }
 
 TEST_CASE("the budget credits a free the device has reached without synchronising", "[retire]") {

@@ -22,6 +22,7 @@
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/device/capture_windows.hpp"
 #include "xlogrt/resource/detail/deferred_frees.hpp"
+#include "xlogrt/resource/detail/poll_cadence.hpp"
 #include "xlogrt/resource/detail/request.hpp"
 #include "xlogrt/resource/detail/slot_tag.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
@@ -56,8 +57,8 @@ struct AsyncCudaOptions {
 /// read stays pending; concurrent reapers never retire twice). poll_pending retires frees
 /// without waiting: it records an event on each stream with frees queued since its last
 /// look and, on a later look, retires what was queued before an event the device has
-/// reached. deallocate runs it every POLL_EVERY frees of a thread, so a program that never
-/// reaps still sees true figures; retired_bytes() is the running total of both, for a
+/// reached. deallocate runs it every 256 frees of a thread and every 32 MiB a thread frees
+/// (detail::PollCadence), so a program that never reaps still sees true figures; retired_bytes() is the running total of both, for a
 /// layer above (Budget) that credits what comes back.
 ///
 /// Adopted streams (StreamPool::owned is false) belong to a caller who may destroy them
@@ -167,7 +168,7 @@ class AsyncCuda {
     if (!freed) [[unlikely]] return queued ? free_general(std::move(b)) : std::move(queued);
     const StreamId freed_on = b.alloc_stream();
     DeviceBlock gone = std::move(b);
-    if (poll_due()) [[unlikely]] (void)poll(freed_on);
+    if (Cadence::due(gone.bytes())) [[unlikely]] (void)poll(freed_on);
     return ok();
   }
 
@@ -246,8 +247,9 @@ class AsyncCuda {
   /// that only grows.
   std::uint64_t retired_bytes() const noexcept { return state_->retired_total.load(std::memory_order_acquire); }
 
-  /// deallocate polls once every POLL_EVERY frees of a thread.
-  static constexpr std::uint32_t POLL_EVERY = 256;
+  /// When deallocate polls: every Cadence::EVERY_FREES frees of a thread, and every
+  /// Cadence::EVERY_BYTES it frees.
+  using Cadence = detail::PollCadence<AsyncCuda>;
 
   std::uint32_t device_ordinal() const noexcept { return ordinal_; }
 
@@ -490,11 +492,6 @@ class AsyncCuda {
   /// added, which also go to the running total.
   std::size_t retire(std::size_t i, std::uint64_t to) noexcept;
 
-  /// True once every POLL_EVERY calls on the calling thread.
-  static bool poll_due() noexcept {
-    static thread_local std::uint32_t frees = 0;
-    return ++frees % POLL_EVERY == 0;
-  }
 
   /// allocate's rest, once the driver has handed out `ptr`: a new slot of the block table.
   [[gnu::noinline]] inline result<DeviceBlock> insert_general(std::uint64_t ptr, std::size_t bytes, StreamId stream,

@@ -25,6 +25,7 @@
 #include "xlogrt/resource/block_table.hpp"
 #include "xlogrt/resource/concepts.hpp"
 #include "xlogrt/resource/detail/deferred_frees.hpp"
+#include "xlogrt/resource/detail/poll_cadence.hpp"
 #include "xlogrt/resource/detail/request.hpp"
 #include "xlogrt/resource/detail/slot_tag.hpp"
 #include "xlogrt/resource/detail/virtual_ranges.hpp"

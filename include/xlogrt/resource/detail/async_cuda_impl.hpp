@@ -195,7 +195,7 @@ result<void> AsyncCuda<D>::free_general(DeviceBlock&& b) noexcept {
   });
   if (!r) return r;
   DeviceBlock gone = std::move(b);
-  if (poll_due()) (void)poll(gone.alloc_stream());
+  if (Cadence::due(gone.bytes())) (void)poll(gone.alloc_stream());
   return ok();
 }
 

@@ -441,8 +441,7 @@ inline result<void> VirtualCuda<D>::deallocate(DeviceBlock&& b) noexcept {
   if (!r) return r;
   const StreamId freed_on = b.alloc_stream();
   DeviceBlock gone = std::move(b);
-  static thread_local std::uint32_t frees = 0;
-  if (++frees % 256 == 0) (void)poll(freed_on);
+  if (detail::PollCadence<VirtualCuda>::due(gone.bytes())) (void)poll(freed_on);
   return ok();
 }
 
