@@ -287,6 +287,7 @@ int run_bench(D& drv, const char* where, const Options& opt) {
     // The ring alone (handles that name no block, a free that does nothing): what the
     // pattern costs without an allocator, the floor under every variant's figure.
     std::vector<Alloc> ring_alone(1);
+    ring_alone.reserve(3);  // the references below stay valid
     ring_alone[0].name = "the ring alone";
     ring_alone[0].alloc = [](std::size_t, StreamId) { return std::uint64_t{1}; };
     ring_alone[0].free = [](std::uint64_t) {};
@@ -302,6 +303,30 @@ int run_bench(D& drv, const char* where, const Options& opt) {
     };
     with_slots.free = [floor_slots](std::uint64_t h) { DeviceBlock gone = floor_slots->take(h); };
     with_slots.settle = [] {};
+    // ... and a state word per block that the allocation writes and the free changes
+    // with a read-modify-write, on a line of the block's own (64 blocks in turn, as a
+    // cache reuses a few): what tracking each block's owner costs at the least, since
+    // both threads write that line once per pair (the upstream's block slot: a free is
+    // checked against it and makes the block's id stale, an allocation makes it live).
+    struct alignas(64) StateLine {
+      std::atomic<std::uint64_t> owner{0};
+    };
+    auto states = std::make_shared<std::vector<StateLine>>(64);
+    Alloc& with_state = ring_alone.emplace_back();
+    with_state.name = "the ring, the slots and a state line per block";
+    with_state.alloc = [floor_slots, states](std::size_t n, StreamId s) {
+      const std::uint64_t h = floor_slots->put(DeviceBlock{std::uint64_t{1} << 32, n, s, 0, AllocTag{0}, BlockId{}});
+      (*states)[h % 64].owner.store(h, std::memory_order_release);
+      return h;
+    };
+    with_state.free = [floor_slots, states](std::uint64_t h) {
+      std::uint64_t expected = h;
+      if (!(*states)[h % 64].owner.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) {
+        failures.fetch_add(1, std::memory_order_relaxed);
+      }
+      DeviceBlock gone = floor_slots->take(h);
+    };
+    with_state.settle = [] {};
     auto cross = [&](Alloc& v, int k) {
       constexpr int RING = 256;
       struct alignas(64) Cell {  // a line each, so that the two threads meet on one line per block
