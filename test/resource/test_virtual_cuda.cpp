@@ -274,6 +274,38 @@ TEST_CASE("VirtualCuda: before mapping pages, a free the device finished on anot
   CHECK(sim.hazards().empty());
 }
 
+TEST_CASE("VirtualCuda: a pending range the poll's mark covers retires when the mark is reached, however the stream "
+          "goes on freeing next to it",
+          "[vmm]") {
+  SimDriver sim{manual_config(std::size_t{256} << 20)};
+  VRig r(sim);
+  V& v = *r.res;
+  // An adopted stream (torch's, through the bridge): only a free on it polls it.
+  auto handle = value(sim.stream_create());
+  const StreamId s = value(r.streams->adopt(handle));
+  constexpr std::size_t X = detail::PollCadence<V>::EVERY_BYTES;  // its free polls
+  auto x = value(v.allocate(X, s, AllocTag{}));
+  auto y = value(v.allocate(4 * MIB, s, AllocTag{}));
+  const std::uint64_t x_at = x.ptr();
+  REQUIRE(y.ptr() == x_at + X);  // next to each other
+  expect_ok(sim.memset_d8_async(x.ptr(), 1, X, handle));
+  expect_ok(v.deallocate(std::move(x)));  // polls: the stream is busy, so a mark is recorded
+  expect_ok(sim.memset_d8_async(y.ptr(), 2, 4 * MIB, handle));
+  expect_ok(v.deallocate(std::move(y)));  // after the mark, next to x's range
+  sim.run_until_idle();
+  // The mark is reached: x's range is free on every stream; y's waits for a later mark
+  // (merged with y's, it waited with it).
+  CHECK(value(v.poll_pending()) == X);
+  CHECK(v.stats().pending_bytes == 4 * MIB);
+  auto z = value(v.allocate(X, StreamId{2}, AllocTag{}));
+  CHECK(z.ptr() == x_at);
+  expect_ok(v.deallocate(std::move(z)));
+  expect_ok(v.reap_pending());
+  CHECK(v.bytes_outstanding() == 0);
+  CHECK(sim.hazards().empty());
+  expect_ok(sim.stream_destroy(handle));
+}
+
 TEST_CASE("VirtualCuda: trim unmaps and releases idle pages, and the device's free memory rises", "[vmm]") {
   SimDriver sim{manual_config(std::size_t{256} << 20)};
   VRig r(sim);

@@ -391,7 +391,9 @@ inline result<void> VirtualCuda<D>::queue_free_locked(std::size_t i, std::uint64
       return ok();
     }
     StreamFrees& f = st.frees[i];
-    f.pending.insert(offset, rounded, f.seq + 1);
+    // Merged only with the frees after the poll's latest mark (see FreeRanges), so that
+    // what the mark covers retires when it is reached.
+    f.pending.insert(offset, rounded, f.seq + 1, (f.armed ? f.mark_seq : f.retired_seq) + 1);
     ++f.seq;
     f.queued += requested;
   } catch (...) {

@@ -7,9 +7,13 @@
 // not yet known complete; there the sequence is the stream's free count at the latest
 // free that produced the range, and a range retires once the device is seen past it.
 //
-// Invariants: the ranges are disjoint; no two are adjacent (an insert merges a range
-// with its neighbours, the merged range taking the larger sequence: a stream that is
-// past the later free is past the earlier one too); `by_size` holds exactly the pairs
+// Invariants: the ranges are disjoint; an insert merges the new range with each
+// neighbour whose sequence is at least the insert's `merge_from`, the merged range
+// taking the larger sequence (a stream that is past the later free is past the earlier
+// one too), so in the set of free ranges (every sequence 0) no two are adjacent. A
+// stream's pending set passes the first sequence after its poll's latest mark: a range
+// the mark covers never takes a later free's sequence, and retires when the mark is
+// reached however long the stream goes on freeing next to it. `by_size` holds exactly the pairs
 // (bytes, offset) of `by_addr`, each in its region's set; `bytes()` is the sum of the
 // ranges' sizes. Offsets and sizes are whatever the caller gives (VirtualCuda keeps
 // both multiples of its alignment); the set does not align them.
@@ -50,21 +54,22 @@ class FreeRanges {
   std::size_t region_of(std::uint64_t offset) const noexcept { return offset < boundary_ ? 0 : 1; }
 
   /// Adds [offset, offset + bytes), which overlaps no range of the set and does not cross
-  /// the boundary, merging it with the ranges that touch it in its region.
-  void insert(std::uint64_t offset, std::uint64_t bytes, std::uint64_t seq) {
+  /// the boundary, merging it with the ranges that touch it in its region and carry a
+  /// sequence of at least `merge_from`.
+  void insert(std::uint64_t offset, std::uint64_t bytes, std::uint64_t seq, std::uint64_t merge_from = 0) {
     std::uint64_t start = offset;
     std::uint64_t end = offset + bytes;
     auto next = by_addr_.lower_bound(offset);
     if (next != by_addr_.begin() && start != boundary_) {
       auto prev = std::prev(next);
-      if (prev->first + prev->second.bytes == start) {
+      if (prev->first + prev->second.bytes == start && prev->second.seq >= merge_from) {
         start = prev->first;
         seq = std::max(seq, prev->second.seq);
         erase(prev);
       }
     }
     next = by_addr_.lower_bound(end);
-    if (next != by_addr_.end() && next->first == end && end != boundary_) {
+    if (next != by_addr_.end() && next->first == end && end != boundary_ && next->second.seq >= merge_from) {
       end += next->second.bytes;
       seq = std::max(seq, next->second.seq);
       erase(next);
