@@ -304,24 +304,26 @@ int run_bench(D& drv, const char* where, const Options& opt) {
     with_slots.free = [floor_slots](std::uint64_t h) { DeviceBlock gone = floor_slots->take(h); };
     with_slots.settle = [] {};
     // ... and a state word per block that the allocation writes and the free changes
-    // with a read-modify-write, on a line of the block's own (64 blocks in turn, as a
-    // cache reuses a few): what tracking each block's owner costs at the least, since
+    // with a read-modify-write, on a line of the block's own (512 blocks in turn: more
+    // than the ring holds, so no two blocks in flight share one; a cache reuses fewer):
+    // what tracking each block's owner costs at the least, since
     // both threads write that line once per pair (the upstream's block slot: a free is
     // checked against it and makes the block's id stale, an allocation makes it live).
     struct alignas(64) StateLine {
       std::atomic<std::uint64_t> owner{0};
     };
-    auto states = std::make_shared<std::vector<StateLine>>(64);
+    constexpr std::uint64_t STATES = 512;
+    auto states = std::make_shared<std::vector<StateLine>>(STATES);
     Alloc& with_state = ring_alone.emplace_back();
     with_state.name = "the ring, the slots and a state line per block";
     with_state.alloc = [floor_slots, states](std::size_t n, StreamId s) {
       const std::uint64_t h = floor_slots->put(DeviceBlock{std::uint64_t{1} << 32, n, s, 0, AllocTag{0}, BlockId{}});
-      (*states)[h % 64].owner.store(h, std::memory_order_release);
+      (*states)[h % STATES].owner.store(h, std::memory_order_release);
       return h;
     };
     with_state.free = [floor_slots, states](std::uint64_t h) {
       std::uint64_t expected = h;
-      if (!(*states)[h % 64].owner.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) {
+      if (!(*states)[h % STATES].owner.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) {
         failures.fetch_add(1, std::memory_order_relaxed);
       }
       DeviceBlock gone = floor_slots->take(h);

@@ -172,8 +172,29 @@ class VirtualCuda {
   result<void> deallocate(DeviceBlock&& b) noexcept;
 
   /// As AsyncCuda::recycle_block (the RecyclingResource contract): the memory stays
-  /// live and keeps its pages; no arena call.
-  result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to, Recycle how = Recycle::live) noexcept;
+  /// live and keeps its pages; no arena call. The common case (a block used on its alloc
+  /// stream only, as a cache's blocks are) renews it under its slot's lock alone, inline,
+  /// as AsyncCuda does; every other case, bad input included, goes to recycle_general.
+  [[gnu::always_inline]] result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to,
+                                                           Recycle how = Recycle::live) noexcept {
+    const Park park{how == Recycle::parked, how != Recycle::live};
+    if (!detail::valid_block(b, ordinal_) || !streams_->contains(b.alloc_stream()) || !streams_->contains(to))
+        [[unlikely]] {
+      return recycle_general(b, to, park);
+    }
+    const BlockId id = state_->table.try_renew(
+        b.id(), &b,
+        [&](Track& t) noexcept {
+          if (t.alloc_stream != b.alloc_stream() || !t.alone()) [[unlikely]] return false;
+          t.start(to);
+          return true;
+        },
+        park);
+    if (!id.valid()) [[unlikely]] return recycle_general(b, to, park);
+    DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), id};
+    DeviceBlock gone = std::move(b);
+    return next;
+  }
 
   [[gnu::always_inline]] bool unpark_block(BlockId id, AllocTag tag) noexcept { return state_->table.unpark(id, tag); }
 
@@ -409,6 +430,10 @@ class VirtualCuda {
   }
   result<void> defer_free(DeviceBlock&& b) noexcept;
   result<void> queue_deferred() noexcept;
+  /// recycle_block in full: checks `b` and `to`, orders the uses on other streams
+  /// before the alloc stream, and renews the block (recycle_moving in its slot's last
+  /// generation).
+  [[gnu::noinline]] inline result<DeviceBlock> recycle_general(DeviceBlock& b, StreamId to, Park park) noexcept;
   result<DeviceBlock> recycle_moving(DeviceBlock& b, StreamId to, stream_t a, Park park) noexcept;
   result<void> end_life(Track& t, const DeviceBlock& b, StreamId to, stream_t a) noexcept;
 

@@ -596,8 +596,7 @@ inline result<void> VirtualCuda<D>::queue_deferred() noexcept {
 // ---- recycling ----------------------------------------------------------------------------
 
 template <VirtualMemoryDriver D>
-inline result<DeviceBlock> VirtualCuda<D>::recycle_block(DeviceBlock& b, StreamId to, Recycle how) noexcept {
-  const Park park{how == Recycle::parked, how != Recycle::live};
+result<DeviceBlock> VirtualCuda<D>::recycle_general(DeviceBlock& b, StreamId to, Park park) noexcept {
   if (auto r = detail::check_block(b, ordinal_); !r) return std::move(r).error();
   auto s = streams_->get(b.alloc_stream());
   if (!s) return std::move(s).error();
