@@ -394,3 +394,47 @@ TEST_CASE("weak spot: tag_slots or stripes out of range are refused by create an
   REQUIRE(s.deallocate(std::move(*b)).has_value());
   REQUIRE(s.deallocate(std::move(*big)).has_value());
 }
+
+TEST_CASE("statistics: a thread that frees what another allocated, in large blocks, keeps the peak within the slack",
+          "[statistics][threads]") {
+  // torch's training step: the forward thread allocates the activations, the autograd
+  // thread frees them. The freeing stripe's live bytes fall free by free; its mark must
+  // follow within PEAK_SLACK, not two epochs of frees behind (64 MiB and more here).
+  using S = Statistics<PlainSpy>;
+  PlainSpy spy;
+  S s{std::move(spy), StatisticsOptions{.tag_slots = 4}};
+  constexpr std::size_t BLOCK = std::size_t{1} << 20;
+  constexpr int BLOCKS = 100, STEPS = 5;
+  // Both threads live throughout (each holds a stripe of its own), taking turns.
+  std::vector<DeviceBlock> activations;
+  std::atomic<int> turn{0};  // even: forward's, odd: backward's
+  std::thread forward([&] {
+    for (int step = 0; step < STEPS; ++step) {
+      while (turn.load() != 2 * step) std::this_thread::yield();
+      for (int i = 0; i < BLOCKS; ++i) {
+        auto b = s.allocate(BLOCK, StreamId{0}, AllocTag{1});
+        if (b) activations.push_back(std::move(*b));
+      }
+      turn.store(2 * step + 1);
+    }
+  });
+  std::thread backward([&] {
+    for (int step = 0; step < STEPS; ++step) {
+      while (turn.load() != 2 * step + 1) std::this_thread::yield();
+      for (auto& b : activations) (void)s.deallocate(std::move(b));
+      activations.clear();
+      turn.store(2 * step + 2);
+    }
+  });
+  forward.join();
+  backward.join();
+  const auto snap = s.snapshot();
+  CHECK(snap.total.allocations == BLOCKS * STEPS);
+  CHECK(snap.total.current_bytes == 0);
+  const std::size_t peak = BLOCKS * BLOCK;  // the true one: every step's activations
+  const std::size_t bound = peak + 2 * static_cast<std::size_t>(S::PEAK_SLACK);  // two stripes counted
+  INFO("peak " << snap.total.peak_bytes << ", bound " << bound);
+  CHECK(snap.total.peak_bytes >= peak);
+  CHECK(snap.total.peak_bytes <= bound);
+  CHECK(snap.of(AllocTag{1}).peak_bytes <= bound);
+}
