@@ -78,14 +78,16 @@ def summarize(data, workloads, allocators, rounds):
             live = med([x["live_peak"] for x in data[w][a]])
             ref_live = med(torch_live) if torch_live else live
             ms = med([x["ms"] for x in data[w][a]])
-            x = {k: m / ref if ref else float("nan")
+            # None (printed "-", null in the JSON) where the reference did not run.
+            x = {k: m / ref if ref else None
                  for k, ref in (("live", ref_live), ("no-cache", ref_nc), ("torch-async", ref_async),
                                 ("best torch", best_peer))}
+            r = {k: f"{v:.3f}" if v is not None else "-" for k, v in x.items()}
             summary[w][a] = {"device_peak_mib": [p / MIB for p in peaks], "device_peak_median_mib": m / MIB,
                              "live_peak_median_mib": live / MIB, "ms_median": ms, "x": x}
             print(f"  {a:<15} {m / MIB:>12,.0f} {min(peaks) / MIB:>8,.0f}-{max(peaks) / MIB:<8,.0f} "
-                  f"{live / MIB:>10,.0f} {ms:>10.1f} {x['live']:>7.3f} {x['no-cache']:>10.3f} "
-                  f"{x['torch-async']:>13.3f} {x['best torch']:>12.3f}")
+                  f"{live / MIB:>10,.0f} {ms:>10.1f} {r['live']:>7} {r['no-cache']:>10} "
+                  f"{r['torch-async']:>13} {r['best torch']:>12}")
         sums = {x["checksum"] for a in allocators for x in data[w][a] if x["checksum"] is not None}
         if sums:
             print(f"  outputs: {'identical' if len(sums) == 1 else 'DIFFER'} across allocators and rounds")
