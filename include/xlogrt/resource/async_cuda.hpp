@@ -23,6 +23,7 @@
 #include "xlogrt/device/capture_windows.hpp"
 #include "xlogrt/resource/detail/deferred_frees.hpp"
 #include "xlogrt/resource/detail/poll_cadence.hpp"
+#include "xlogrt/resource/detail/recycle_alone.hpp"
 #include "xlogrt/resource/detail/request.hpp"
 #include "xlogrt/resource/detail/slot_tag.hpp"
 #include "xlogrt/resource/detail/stripes.hpp"
@@ -190,21 +191,8 @@ class AsyncCuda {
   /// parks what it keeps, so that no one else can use or free it).
   result<DeviceBlock> recycle_block(DeviceBlock& b, StreamId to, Recycle how = Recycle::live) noexcept {
     const Park park{how == Recycle::parked, how != Recycle::live};
-    if (!detail::valid_block(b, ordinal_) || !streams_->contains(b.alloc_stream()) ||
-        !streams_->contains(to)) [[unlikely]] {
-      return recycle_general(b, to, park);
-    }
-    const BlockId id = state_->table.try_renew(
-        b.id(), &b,
-        [&](Track& t) noexcept {
-          if (t.alloc_stream != b.alloc_stream() || !t.alone()) [[unlikely]] return false;
-          t.start(to);
-          return true;
-        },
-        park);
-    if (!id.valid()) [[unlikely]] return recycle_general(b, to, park);
-    DeviceBlock next{b.ptr(), b.bytes(), to, ordinal_, b.tag(), id};
-    DeviceBlock gone = std::move(b);
+    DeviceBlock next = detail::recycle_alone(state_->table, *streams_, ordinal_, b, to, park);
+    if (next.empty()) [[unlikely]] return recycle_general(b, to, park);
     return next;
   }
 
