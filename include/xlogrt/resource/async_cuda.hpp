@@ -59,8 +59,9 @@ struct AsyncCudaOptions {
 /// without waiting: it records an event on each stream with frees queued since its last
 /// look and, on a later look, retires what was queued before an event the device has
 /// reached. deallocate runs it every 256 frees of a thread and every 32 MiB a thread frees
-/// (detail::PollCadence), so a program that never reaps still sees true figures; retired_bytes() is the running total of both, for a
-/// layer above (Budget) that credits what comes back.
+/// (detail::PollCadence), so a program that never reaps still sees true figures;
+/// retired_bytes() is the running total of both, for a layer above (Budget) that credits
+/// what comes back.
 ///
 /// Adopted streams (StreamPool::owned is false) belong to a caller who may destroy them
 /// at any time, and a call on a destroyed stream's handle is undefined in CUDA (it
@@ -479,7 +480,6 @@ class AsyncCuda {
   /// Raises stream i's retired count to `to` (never lowers it) and returns the bytes it
   /// added, which also go to the running total.
   std::size_t retire(std::size_t i, std::uint64_t to) noexcept;
-
 
   /// allocate's rest, once the driver has handed out `ptr`: a new slot of the block table.
   [[gnu::noinline]] inline result<DeviceBlock> insert_general(std::uint64_t ptr, std::size_t bytes, StreamId stream,

@@ -123,11 +123,11 @@ struct StatisticsOptions {
 ///   so at most 2 x 64 of that stripe's own allocations and frees of the tag, or of all
 ///   tags for the total), and never by more than PEAK_SLACK per stripe: a free that
 ///   leaves its stripe's mark more than PEAK_SLACK above the stripe's live bytes drops
-///   the mark to them. A thread that frees what others allocated (torch's autograd
-///   thread frees the forward pass's activations) has its live bytes fall free by free,
-///   and two epochs of large frees counted ResNet-50's peak 27 % high without it. A
-///   thread that frees its own blocks never makes its stripe count more than its own
-///   largest live bytes.
+///   the mark to them (a thread that frees what others allocated, as torch's autograd
+///   thread frees the forward pass's activations, has live bytes that fall free by free,
+///   and two epochs of its large frees would otherwise stay in the sum). A thread that
+///   frees its own blocks never makes its stripe count more than its own largest live
+///   bytes.
 /// Cost of the mark: none in a steady state (a thread that allocates and frees the same
 /// sizes raises its mark once); one shared fetch_add each time a stripe's live bytes
 /// set a new high within the epoch, and at most one per epoch to lower it, or one per

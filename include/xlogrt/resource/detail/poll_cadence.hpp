@@ -8,8 +8,9 @@
 // off the path of small frees; the bytes bound what a run of large frees leaves counted,
 // and pending, between two polls. The poll inside a free is the one place a free on an
 // adopted stream (torch's streams, through the bridge) is marked: no other call may touch
-// that stream's handle, so without the byte bound 255 frees of 8 MiB stayed counted as
-// held until a reap, and pending, unusable by other streams.
+// that stream's handle, so counted by frees alone, a run of large frees there would stay
+// counted as held, and pending for other streams, until a reap. The cost: a thread
+// freeing blocks of EVERY_BYTES or more polls at each free (a stream query).
 //
 // One count per resource type and thread (Resource: the type whose frees are counted),
 // kept in one thread_local, so a free reads one thread-local address.

@@ -10,12 +10,12 @@
 // Invariants: the ranges are disjoint; an insert merges the new range with each
 // neighbour whose sequence is at least the insert's `merge_from`, the merged range
 // taking the larger sequence (a stream that is past the later free is past the earlier
-// one too), so in the set of free ranges (every sequence 0) no two are adjacent. A
-// stream's pending set passes the first sequence after its poll's latest mark: a range
-// the mark covers never takes a later free's sequence, and retires when the mark is
-// reached however long the stream goes on freeing next to it. `by_size` holds exactly the pairs
-// (bytes, offset) of `by_addr`, each in its region's set; `bytes()` is the sum of the
-// ranges' sizes. Offsets and sizes are whatever the caller gives (VirtualCuda keeps
+// one too), so in the set of free ranges (every sequence 0) no two are adjacent. VirtualCuda
+// passes a stream's first sequence after its poll's latest mark: a range the mark covers
+// never takes a later free's sequence, and retires when the mark is reached, however
+// long the stream goes on freeing next to it. `by_size` holds exactly the pairs (bytes,
+// offset) of `by_addr`, each in its region's set; `bytes()` is the sum of the ranges'
+// sizes. Offsets and sizes are whatever the caller gives (VirtualCuda keeps
 // both multiples of its alignment); the set does not align them.
 //
 // Regions. set_boundary(b) cuts the space in two regions, [0, b) and [b, ...): no range
