@@ -102,8 +102,8 @@ TEMPLATE_TEST_CASE("large frees on an adopted stream retire without a reap, on e
     sim.run_until_idle();
   }
   REQUIRE(base.poll_pending().has_value());  // names no stream: the adopted one is not called on
-  CHECK(base.bytes_outstanding() < detail::PollCadence<TestType>::EVERY_BYTES);
-  CHECK(base.retired_bytes() >= 300 * bytes - detail::PollCadence<TestType>::EVERY_BYTES);
+  CHECK(base.bytes_outstanding() < TestType::Cadence::EVERY_BYTES);
+  CHECK(base.retired_bytes() >= 300 * bytes - TestType::Cadence::EVERY_BYTES);
   CHECK(sim.calls("cuStreamSynchronize") == 0);
   REQUIRE(base.reap_pending().has_value());
   CHECK(base.bytes_outstanding() == 0);

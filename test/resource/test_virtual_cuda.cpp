@@ -283,7 +283,7 @@ TEST_CASE("VirtualCuda: a pending range the poll's mark covers retires when the 
   // An adopted stream (torch's, through the bridge): only a free on it polls it.
   auto handle = value(sim.stream_create());
   const StreamId s = value(r.streams->adopt(handle));
-  constexpr std::size_t X = detail::PollCadence<V>::EVERY_BYTES;  // its free polls
+  constexpr std::size_t X = V::Cadence::EVERY_BYTES;  // its free polls
   auto x = value(v.allocate(X, s, AllocTag{}));
   auto y = value(v.allocate(4 * MIB, s, AllocTag{}));
   const std::uint64_t x_at = x.ptr();

@@ -234,10 +234,7 @@ class Statistics : public Adaptor<Upstream> {
         const std::int64_t live = Entry::live_of(p[i].allocated_bytes.load(std::memory_order_relaxed),
                                                  p[i].freed_bytes.load(std::memory_order_relaxed));
         p[i].high.store(live, std::memory_order_relaxed);
-        std::int64_t m = p[i].mark.load(std::memory_order_relaxed);
-        while (live < m && !p[i].mark.compare_exchange_weak(m, live, std::memory_order_relaxed)) {
-        }
-        if (live < m) st.shared[i].marks.fetch_sub(m - live, std::memory_order_relaxed);
+        lower_mark_to(p[i], st.shared[i], live);
       }
     }
     for (std::uint32_t i = 0; i < st.slots + 2; ++i) {
@@ -391,23 +388,23 @@ class Statistics : public Adaptor<Upstream> {
     if (e.mark.load(std::memory_order_relaxed) - live > PEAK_SLACK) [[unlikely]] drop_mark(e, g, live);
   }
   [[gnu::noinline]] static void drop_mark(Entry& e, Shared& g, std::int64_t live) noexcept {
-    std::int64_t m = e.mark.load(std::memory_order_relaxed);
     e.high.store(live, std::memory_order_relaxed);
-    while (m - live > PEAK_SLACK) {
-      if (e.mark.compare_exchange_weak(m, live, std::memory_order_relaxed)) {
-        g.marks.fetch_sub(m - live, std::memory_order_relaxed);
-        return;
-      }
-    }
+    lower_mark_to(e, g, live, PEAK_SLACK);
   }
 
   /// At an epoch's end: lowers e's mark to the epoch's high (never below `live`, the
   /// live bytes now), and starts the next epoch from `live`.
   static void lower_mark(Entry& e, Shared& g, std::int64_t live) noexcept {
     const std::int64_t h = e.high.exchange(live, std::memory_order_relaxed);
-    const std::int64_t target = h > live ? h : live;
+    lower_mark_to(e, g, h > live ? h : live);
+  }
+
+  /// Lowers e's mark to `target` while it is more than `slack` above it, taking the
+  /// difference off the shared sum (every lowering of a mark: the epoch's, the free's
+  /// slack, reset_peak).
+  static void lower_mark_to(Entry& e, Shared& g, std::int64_t target, std::int64_t slack = 0) noexcept {
     std::int64_t m = e.mark.load(std::memory_order_relaxed);
-    while (target < m) {
+    while (m - target > slack) {
       if (e.mark.compare_exchange_weak(m, target, std::memory_order_relaxed)) {
         g.marks.fetch_sub(m - target, std::memory_order_relaxed);
         return;

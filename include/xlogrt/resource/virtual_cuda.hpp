@@ -202,6 +202,10 @@ class VirtualCuda {
 
   std::uint64_t retired_bytes() const noexcept { return state_->retired_total.load(std::memory_order_acquire); }
 
+  /// When deallocate polls: every Cadence::EVERY_FREES frees of a thread, and every
+  /// Cadence::EVERY_BYTES it frees (as AsyncCuda's).
+  using Cadence = detail::PollCadence<VirtualCuda>;
+
   /// reap_pending, then unmaps every idle page and releases every physical page that is
   /// not mapped. Returns the bytes of physical memory released. Errors: the driver's
   /// (what was released before stays so).

@@ -443,7 +443,7 @@ inline result<void> VirtualCuda<D>::deallocate(DeviceBlock&& b) noexcept {
   if (!r) return r;
   const StreamId freed_on = b.alloc_stream();
   DeviceBlock gone = std::move(b);
-  if (detail::PollCadence<VirtualCuda>::due(gone.bytes())) (void)poll(freed_on);
+  if (Cadence::due(gone.bytes())) (void)poll(freed_on);
   return ok();
 }
 
