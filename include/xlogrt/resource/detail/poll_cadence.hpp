@@ -20,6 +20,14 @@
 
 namespace xlogrt::detail {
 
+// A thread's frees and bytes since its last poll. At namespace scope: a nested class
+// with default member initializers is incomplete inside its enclosing class, which
+// nvcc's front end rejects for the static thread_local below.
+struct PollCount {
+  std::uint32_t frees = 0;
+  std::size_t bytes = 0;
+};
+
 template <class Resource>
 struct PollCadence {
   static constexpr std::uint32_t EVERY_FREES = 256;
@@ -27,19 +35,15 @@ struct PollCadence {
 
   /// Counts a free of `bytes` on the calling thread; true when it should poll.
   [[gnu::always_inline]] static bool due(std::size_t bytes) noexcept {
-    Count& c = count;
+    PollCount& c = count;
     c.bytes += bytes;
     if (++c.frees < EVERY_FREES && c.bytes < EVERY_BYTES) [[likely]] return false;
-    c = Count{};
+    c = PollCount{};
     return true;
   }
 
  private:
-  struct Count {
-    std::uint32_t frees = 0;
-    std::size_t bytes = 0;
-  };
-  static inline thread_local Count count{};
+  static inline thread_local PollCount count{};
 };
 
 }  // namespace xlogrt::detail
