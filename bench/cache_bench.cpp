@@ -303,12 +303,12 @@ int run_bench(D& drv, const char* where, const Options& opt) {
     };
     with_slots.free = [floor_slots](std::uint64_t h) { DeviceBlock gone = floor_slots->take(h); };
     with_slots.settle = [] {};
-    // ... and a state word per block that the allocation writes and the free changes
-    // with a read-modify-write, on a line of the block's own (512 blocks in turn: more
-    // than the ring holds, so no two blocks in flight share one; a cache reuses fewer):
-    // what tracking each block's owner costs at the least, since
-    // both threads write that line once per pair (the upstream's block slot: a free is
-    // checked against it and makes the block's id stale, an allocation makes it live).
+    // ... and a state word per block, on a line of its own, that the allocation writes
+    // and the free changes with a read-modify-write (512 blocks in turn: more than the
+    // ring holds, so no two blocks in flight share a line): the least that tracking each
+    // block's owner costs, as the base's block slot does (an allocation makes it live, a
+    // free is checked against it and makes the id stale), both threads writing the line
+    // once per pair.
     struct alignas(64) StateLine {
       std::atomic<std::uint64_t> owner{0};
     };
